@@ -1,0 +1,40 @@
+# Every target creates .venv on first use, so each works as the first command on a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+DATA    ?= examples/stats.csv
+MODELS  ?= models
+OUT     ?= out/anomalies.csv
+WORKERS ?= 2
+SLOW    ?=
+
+PYTEST_MARK := $(if $(SLOW),,-m "not slow")
+
+.PHONY: install predict train test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,ray]'
+	touch $(STAMP)
+
+predict: $(STAMP)
+	$(BIN)/batchpredict predict --data $(DATA) --models $(MODELS) --out $(OUT) --workers $(WORKERS)
+
+# A command-line DATA=... still wins over this target default.
+train: DATA = examples/history.csv
+train: $(STAMP)
+	$(BIN)/batchpredict train --data $(DATA) --models $(MODELS) --workers $(WORKERS)
+
+test: $(STAMP)
+	$(BIN)/pytest -q $(PYTEST_MARK) $(TESTS)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench.py
+
+clean:
+	rm -rf $(VENV) out report .pytest_cache

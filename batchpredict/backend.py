@@ -1,0 +1,29 @@
+"""Execution backends behind one small interface, chosen by name."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
+
+from .errors import UsageError
+from .executor import LocalExecutor
+
+if TYPE_CHECKING:
+    from .coordinator import RunOptions
+    from .job import Outcome
+
+
+class Executor(Protocol):
+    name: str
+
+    def run(self, handler: Callable[[Any], "Outcome"], tasks: Iterable) -> Iterator["Outcome"]: ...
+
+
+BACKENDS: dict[str, Callable[..., Executor]] = {"local": LocalExecutor}
+
+
+def make_executor(options: "RunOptions") -> Executor:
+    try:
+        factory = BACKENDS[options.backend]
+    except KeyError:
+        raise UsageError(f"unknown backend {options.backend!r}; choose from {', '.join(sorted(BACKENDS))}") from None
+    return factory(workers=options.workers, jobs_per_worker=options.jobs_per_worker, timeout=options.timeout,
+                   max_memory_mib=options.max_worker_memory_mib, retries=options.retries)

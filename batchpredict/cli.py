@@ -1,0 +1,149 @@
+"""`batchpredict`: parses arguments and calls the library; exit codes are DESIGN §3's."""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from typing import Callable, Sequence
+
+from .errors import BatchPredictError, UsageError
+from .job import Params, Status
+
+log = logging.getLogger("batchpredict")
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
+          "g": 2**30, "gb": 10**9, "gib": 2**30}
+
+
+def parse_size_mib(text: str) -> float:
+    """'1.5GiB', '800M', '512MiB' -> MiB."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1.5GiB, 800MiB)")
+    return float(match.group(1)) * _UNITS[match.group(2).lower()] / 2**20
+
+
+def parse_sigmas(text: str) -> tuple[float, float]:
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sigmas takes two numbers like 2,4, not {text!r}") from None
+    return low, high
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, not {text!r}")
+    return value
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every command that runs jobs in workers."""
+    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes at once (default 2)")
+    parser.add_argument("--timeout", type=positive_float, default=300.0, help="seconds per job before its worker is killed")
+    parser.add_argument("--max-worker-memory", type=parse_size_mib, default=None, metavar="SIZE",
+                        help="kill a worker whose RSS exceeds SIZE, e.g. 1.5GiB (default: available memory / workers)")
+    parser.add_argument("--retries", type=int, default=1, help="retries for a crashed worker (default 1)")
+    parser.add_argument("--window", type=positive_int, default=20)
+    parser.add_argument("--rolling", type=positive_int, default=5)
+    parser.add_argument("-q", "--quiet", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="batchpredict", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    predict = commands.add_parser("predict", help="score every IP of a stats table")
+    predict.add_argument("--data", required=True, help="stats table (CSV, wide or long)")
+    predict.add_argument("--models", required=True, help="model store folder")
+    predict.add_argument("--out", required=True, help="anomalies CSV to write")
+    predict.add_argument("--jobs-per-worker", type=positive_int, default=1,
+                         help="jobs a worker runs before it exits (default 1: strict isolation)")
+    predict.add_argument("--layout", choices=["wide", "long"], default=None)
+    predict.add_argument("--sigmas", type=parse_sigmas, default=(2.0, 4.0), help="warning,critical (default 2,4)")
+    predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
+    predict.add_argument("--backend", default="local", help="local (default)")
+    add_run_options(predict)
+    predict.set_defaults(func=cmd_predict)
+
+    train = commands.add_parser("train", help="train one model per IP into the store")
+    train.add_argument("--data", required=True, help="history table (CSV, wide or long)")
+    train.add_argument("--models", required=True, help="model store folder (created if missing)")
+    train.add_argument("--format", choices=["h5", "keras", "savedmodel"], default="h5")
+    train.add_argument("--epochs", type=positive_int, default=30)
+    train.add_argument("--holdout", type=float, default=0.2, help="tail fraction for early stopping and std")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--ips", type=lambda s: [ip.strip() for ip in s.split(",") if ip.strip()], default=None,
+                       help="only these IPs, comma-separated")
+    add_run_options(train)
+    train.set_defaults(func=cmd_train, timeout=1800.0)
+    return parser
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from .coordinator import RunOptions, predict_table
+
+    frame = predict_table(args.data, args.models, args.out,
+                          Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas),
+                          RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker, timeout=args.timeout,
+                                     max_worker_memory_mib=args.max_worker_memory, retries=args.retries,
+                                     backend=args.backend, resume=args.resume, layout=args.layout))
+    info = frame.attrs["summary"]
+    print(f"batchpredict: {info['ips']} IPs in {info['wall_s']:.1f} s ({info['jobs_per_s'] or 0:.1f} jobs/s) -> "
+          f"{args.out}: " + _counts(info["status"]) + "; severity: " + (_counts(info["severity"]) or "none"),
+          file=sys.stderr)
+    return 1 if any(Status(s).failed for s in info["status"]) else 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .coordinator import RunOptions
+    from .train import train_table
+
+    results = train_table(args.data, args.models, args.format, Params(rolling=args.rolling, window=args.window),
+                          args.epochs, args.holdout, args.seed, args.ips,
+                          RunOptions(workers=args.workers, timeout=args.timeout,
+                                     max_worker_memory_mib=args.max_worker_memory, retries=args.retries))
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+        if r.status is not Status.OK:
+            log.warning("%s: %s: %s", r.ip, r.status.value, r.error)
+    print(f"batchpredict train: {len(results)} IPs -> {args.models}: {_counts(counts)}", file=sys.stderr)
+    return 0 if counts.get("ok", 0) == len(results) else 1
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except BatchPredictError as exc:
+        print(f"batchpredict: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

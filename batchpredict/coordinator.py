@@ -1,0 +1,144 @@
+"""Walks the stats table, hands each IP to the executor, and writes the flags.
+
+The coordinator never imports TensorFlow: its memory stays flat however many jobs run.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import resource
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Callable, Iterator
+
+import pandas as pd
+
+from . import export
+from .backend import make_executor
+from .errors import Interrupted, JobError, UsageError
+from .job import Job, Params, Result, Status
+from .journal import Journal, Lock, fingerprint
+from .store import Store
+from .table import read_table
+from .worker import run_job
+
+log = logging.getLogger("batchpredict")
+
+
+@dataclass
+class RunOptions:
+    workers: int = 2
+    jobs_per_worker: int = 1
+    timeout: float = 300.0
+    max_worker_memory_mib: float | None = None
+    retries: int = 1
+    backend: str = "local"
+    resume: bool = False
+    layout: str | None = None
+
+
+def check_params(params: Params) -> None:
+    if params.rolling < 1 or params.window < 1:
+        raise UsageError(f"--rolling and --window must be at least 1 (got {params.rolling}, {params.window})")
+    low, high = params.sigmas
+    if not (0 < low < high) or not math.isfinite(high):
+        raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
+
+
+def plan(data: str, models: str, params: Params, layout: str | None) -> tuple[list[str], dict[str, Result], list[Job]]:
+    """(IPs in table order, rows settled without a worker, jobs to run)."""
+    store = Store(models)
+    order, settled, jobs = [], {}, []
+    for series in read_table(data, layout):
+        order.append(series.ip)
+        label = series.labels[-1] if series.labels else ""
+        try:
+            if series.problem:
+                store.check_ip(series.ip)
+                raise JobError(Status.INVALID_INPUT, series.problem)
+            found = store.artefacts(series.ip)
+            if not (series.values == series.values).any():  # all NaN: no process needed to say so
+                raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
+        except JobError as exc:
+            settled[series.ip] = Result(ip=series.ip, status=Status(exc.status), error=str(exc), timestamp=label)
+            continue
+        jobs.append(Job(series.ip, series.labels, series.values.tolist(), store.root, found.model,
+                        found.scaler, found.std, params))
+    return order, settled, jobs
+
+
+def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
+                  options: RunOptions = RunOptions(),
+                  on_result: Callable[[Result], None] | None = None) -> pd.DataFrame:
+    """Score every IP of the table; with `out`, also write the CSV, its summary and a journal."""
+    check_params(params)
+    started = time.monotonic()
+    order, results, jobs = plan(data, models, params, options.layout)
+    executor = make_executor(options)
+    with contextlib.ExitStack() as stack:
+        journal = None
+        if out:
+            stack.enter_context(Lock(out + ".lock"))
+            settings = {"params": [params.rolling, params.window, list(params.sigmas)], "layout": options.layout}
+            journal = Journal(out + ".journal", fingerprint(data, models, settings))
+            done = journal.open(options.resume)
+            stack.callback(journal.close, remove=False)
+            results.update(done)
+            if done:
+                log.info("resuming: %d of %d jobs already done", len(done), len(jobs))
+            jobs = [job for job in jobs if job.ip not in done]
+        stack.enter_context(_signals_raise())
+        for result in executor.run(run_job, jobs):
+            for line in result.log:
+                log.info(line)
+            results[result.ip] = result
+            if journal:
+                journal.append(result)
+            if on_result:
+                on_result(result)
+        ordered = [results[ip] for ip in order]
+        info = export.summary(ordered, len(jobs), time.monotonic() - started,
+                              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                              backend=executor.name, workers=options.workers,
+                              jobs_per_worker=options.jobs_per_worker, versions=versions())
+        if out:
+            export.write_csv(ordered, params.sigmas, out)
+            export.write_summary(out + ".summary.json", info)
+            journal.close(remove=True)
+    frame = export.to_frame(ordered, params.sigmas)
+    frame.attrs["summary"] = info
+    return frame
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGINT become Interrupted, so the executor kills its workers on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def versions() -> dict[str, str]:
+    """Installed versions, read from package metadata: importing TensorFlow here is not allowed."""
+    found = {"python": sys.version.split()[0]}
+    for name in ("batchpredict", "tensorflow-cpu", "tensorflow", "keras", "tf-keras", "scikit-learn", "numpy",
+                 "pandas"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found

@@ -1,0 +1,39 @@
+"""One exception hierarchy; the CLI maps each class to an exit code (DESIGN §3)."""
+from __future__ import annotations
+
+
+class BatchPredictError(Exception):
+    """Base of every error batchpredict raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(BatchPredictError):
+    """Unusable arguments, or a table/store that cannot be read: nothing is written."""
+
+    exit_code = 2
+
+
+class LockHeld(BatchPredictError):
+    """Another run holds the lock on the same output."""
+
+    exit_code = 75
+
+
+class Interrupted(BatchPredictError):
+    """Stopped by a signal; the journal is kept for `--resume`."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(f"stopped by {signal.Signals(signum).name}; journal kept, rerun with --resume")
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class JobError(BatchPredictError):
+    """A per-IP failure; `status` is the Status the row gets, the message its `error`."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status

@@ -1,0 +1,250 @@
+"""The local executor: one forked worker process per job (or per K jobs), supervised.
+
+Data flow::
+
+    coordinator ──tasks──► LocalExecutor.run ──start──► forkserver (TF imported, never run)
+         ▲                      │   ▲                        │ fork
+         │ outcomes             │   │ pickled outcome        ▼
+         └──────────────────────┘   └──────── pipe ──── worker: serve(handler, tasks), exit
+                                 supervises: exit status, deadline, RSS (psutil), kill -pgid
+
+Every task ends in exactly one outcome: the handler's own, or one the executor makes when the
+worker dies (`crashed`, retried), overruns its deadline (`timeout`) or its memory cap
+(`memory_exceeded`). Workers are killed by process group and die with the forkserver
+(PR_SET_PDEATHSIG), so a killed coordinator leaves none behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import pickle
+import re
+import resource
+import tempfile
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+import multiprocess as mp
+import psutil
+from multiprocess.connection import wait
+
+from .job import Outcome, Status
+
+log = logging.getLogger("batchpredict")
+
+MAX_RESULT_BYTES = 16 * 2**20
+EXIT_GRACE_S = 5.0
+PRELOAD = ["batchpredict.preload"]
+_PR_SET_PDEATHSIG = 1
+
+
+def _context() -> Any:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+# TensorFlow's start-up chatter on stderr (absl pre-init INFO lines, CUDA probing on a CPU
+# machine) says nothing an operator can act on; TF_CPP_MIN_LOG_LEVEL no longer hides it.
+_NOISE = re.compile(r"^[IW]\d{4} |absl::InitializeLog|cuInit|cuda_platform|cudart_stub|cuda drivers"
+                    r"|rebuild TensorFlow with the appropriate|^\s*$")
+
+
+def worker_stderr(path: str) -> list[str]:
+    """The lines of a worker's stderr file worth showing."""
+    try:
+        with open(path, errors="replace") as fh:
+            return [line.rstrip() for line in fh if not _NOISE.search(line)]
+    except FileNotFoundError:
+        return []
+
+
+def serve(conn: Any, handler: Callable[[Any], Outcome], tasks: list, stderr_path: str) -> None:
+    """Worker process entry: run each task, send each outcome as soon as it exists."""
+    os.setpgid(0, 0)
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the forkserver died before the prctl took effect
+        os._exit(1)
+    os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), 2)
+    for task in tasks:
+        start = time.perf_counter()
+        outcome = handler(task)
+        outcome.duration_ms = (time.perf_counter() - start) * 1000
+        _send(conn, outcome, task)
+    conn.close()
+
+
+def _send(conn: Any, outcome: Outcome, task: Any) -> None:
+    outcome.worker_pid = os.getpid()
+    outcome.worker_peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    try:
+        payload = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(payload) > MAX_RESULT_BYTES:
+            raise ValueError(f"{len(payload)} bytes, over {MAX_RESULT_BYTES}")
+    except Exception as exc:  # noqa: BLE001 - an unsendable result must not hang the job
+        failed = task.failed(Status.ERROR, f"result could not be sent back: {type(exc).__name__}: {exc}"[:300])
+        failed.duration_ms, failed.worker_pid = outcome.duration_ms, outcome.worker_pid
+        failed.worker_peak_rss_mib = outcome.worker_peak_rss_mib
+        payload = pickle.dumps(failed)
+    conn.send_bytes(payload)
+
+
+def exit_reason(exitcode: int | None) -> str:
+    """Why a worker ended without a result, naming the likely cause."""
+    if exitcode is None:
+        return "worker vanished without an exit status"
+    if exitcode < 0:
+        sig = signal.Signals(-exitcode)
+        hint = {signal.SIGKILL: ": possibly out of memory (kernel OOM killer)",
+                signal.SIGSEGV: ": segmentation fault in native code (model or HDF5 file?)",
+                signal.SIGABRT: ": aborted in native code"}.get(sig, "")
+        return f"worker killed by {sig.name}{hint}"
+    return f"worker exited with code {exitcode} before returning a result"
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Any
+    batch: list  # [(task, attempts)], the head is the task running now
+    deadline: float
+    peak_mib: float = 0.0
+    ps: Any = None
+    stderr_path: str = ""
+
+
+class LocalExecutor:
+    """Runs tasks in forked, supervised worker processes on this machine."""
+
+    name = "local"
+
+    def __init__(self, workers: int = 2, jobs_per_worker: int = 1, timeout: float = 300.0,
+                 max_memory_mib: float | None = None, retries: int = 1, poll_interval: float = 0.05) -> None:
+        self.workers = max(1, workers)
+        self.jobs_per_worker = max(1, jobs_per_worker)
+        self.timeout = timeout
+        self.max_memory_mib = max_memory_mib or psutil.virtual_memory().available / 2**20 / self.workers
+        self.retries = retries
+        self.poll_interval = poll_interval
+        self._running: dict[Any, _Worker] = {}
+        self._started = 0
+
+    def run(self, handler: Callable[[Any], Outcome], tasks: Iterable) -> Iterator[Outcome]:
+        """Yield one outcome per task, in completion order."""
+        pending = deque((task, 1) for task in tasks)
+        ctx = _context()
+        stderr_dir = tempfile.TemporaryDirectory(prefix="batchpredict-")
+        try:
+            while pending or self._running:
+                while pending and len(self._running) < self.workers:
+                    batch = [pending.popleft() for _ in range(min(self.jobs_per_worker, len(pending)))]
+                    self._start(ctx, handler, batch, stderr_dir.name)
+                ready = wait([w.conn for w in self._running.values()]
+                             + [w.process.sentinel for w in self._running.values()], self.poll_interval)
+                for key, worker in list(self._running.items()):
+                    yield from self._collect(worker, ready)
+                    verdict = self._check(worker, ready)
+                    if verdict is not None:
+                        del self._running[key]
+                        yield from self._finish(worker, *verdict, pending)
+        finally:
+            self.shutdown()
+            stderr_dir.cleanup()
+
+    def shutdown(self) -> None:
+        """Kill every running worker (on error or signal)."""
+        for worker in self._running.values():
+            self._kill(worker)
+        self._running.clear()
+
+    def _start(self, ctx: Any, handler: Callable, batch: list, stderr_dir: str) -> None:
+        reader, writer = ctx.Pipe(duplex=False)
+        self._started += 1
+        stderr_path = os.path.join(stderr_dir, f"worker-{self._started}.err")
+        process = ctx.Process(target=serve, args=(writer, handler, [task for task, _ in batch], stderr_path),
+                              daemon=False)
+        process.start()
+        writer.close()
+        worker = _Worker(process, reader, batch, time.monotonic() + self.timeout, stderr_path=stderr_path)
+        try:
+            worker.ps = psutil.Process(process.pid)
+        except psutil.NoSuchProcess:
+            pass
+        self._running[reader] = worker
+
+    def _collect(self, worker: _Worker, ready: list) -> Iterator[Outcome]:
+        """Yield the outcomes the worker has sent; each one moves its deadline on."""
+        while worker.batch and worker.conn in ready and worker.conn.poll():
+            try:
+                outcome = pickle.loads(worker.conn.recv_bytes())
+            except (EOFError, OSError):
+                break
+            task, attempts = worker.batch.pop(0)
+            worker.deadline = time.monotonic() + self.timeout
+            yield self._stamp(outcome, attempts, worker)
+
+    def _check(self, worker: _Worker, ready: list) -> tuple[Status, str] | None:
+        """The verdict on a worker that has to go, or None while it may go on."""
+        if worker.process.sentinel in ready or not worker.batch:
+            worker.process.join(EXIT_GRACE_S)
+            if worker.process.exitcode is None:  # sent everything but hangs on its way out
+                self._kill(worker)
+            if not worker.batch:
+                return Status.OK, ""
+            said = worker_stderr(worker.stderr_path)
+            return Status.CRASHED, exit_reason(worker.process.exitcode) + (f"; stderr: {said[-1][:200]}" if said else "")
+        rss = self._rss(worker)
+        if rss > self.max_memory_mib:
+            self._kill(worker)
+            return Status.MEMORY_EXCEEDED, (f"worker RSS {rss:.0f} MiB over the cap of "
+                                            f"{self.max_memory_mib:.0f} MiB (--max-worker-memory); killed")
+        if time.monotonic() > worker.deadline:
+            self._kill(worker)
+            return Status.TIMEOUT, f"no result within {self.timeout:g} s (--timeout); worker killed"
+        return None
+
+    def _finish(self, worker: _Worker, status: Status, error: str, pending: deque) -> Iterator[Outcome]:
+        """Account for the tasks a departing worker did not finish."""
+        if worker.batch and status is Status.CRASHED:
+            # A result may have raced the exit: take it before blaming the task.
+            yield from self._collect(worker, [worker.conn])
+        worker.conn.close()
+        for line in worker_stderr(worker.stderr_path):
+            log.debug("worker %d stderr: %s", worker.process.pid, line)
+        if not worker.batch:
+            return
+        (task, attempts), rest = worker.batch[0], worker.batch[1:]
+        pending.extendleft(reversed(rest))
+        if status is Status.CRASHED and attempts <= self.retries:
+            pending.append((task, attempts + 1))
+            return
+        yield self._stamp(task.failed(status, error), attempts, worker)
+
+    def _stamp(self, outcome: Outcome, attempts: int, worker: _Worker) -> Outcome:
+        outcome.attempts = attempts
+        outcome.worker_pid = outcome.worker_pid or worker.process.pid
+        outcome.worker_peak_rss_mib = max(outcome.worker_peak_rss_mib or 0.0, worker.peak_mib) or None
+        return outcome
+
+    def _rss(self, worker: _Worker) -> float:
+        try:
+            rss = worker.ps.memory_info().rss / 2**20 if worker.ps else 0.0
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            rss = 0.0
+        worker.peak_mib = max(worker.peak_mib, rss)
+        return rss
+
+    @staticmethod
+    def _kill(worker: _Worker) -> None:
+        # The group takes the worker's own children too; the worker may not have made
+        # its group yet, hence the plain kill as well.
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(worker.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        worker.process.join()

@@ -1,0 +1,99 @@
+"""Jobs, results and statuses: the small values every other module passes around."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Status(str, Enum):
+    OK = "ok"
+    NO_MODEL = "no_model"
+    INSUFFICIENT_DATA = "insufficient_data"
+    INVALID_INPUT = "invalid_input"
+    LOAD_ERROR = "load_error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    MEMORY_EXCEEDED = "memory_exceeded"
+    ERROR = "error"
+
+    @property
+    def failed(self) -> bool:
+        """A failed job makes the run exit 1 (DESIGN §3); the others are answers."""
+        return self in _FAILED
+
+
+_FAILED = {Status.LOAD_ERROR, Status.TIMEOUT, Status.CRASHED, Status.MEMORY_EXCEEDED, Status.ERROR}
+
+
+class Severity(str, Enum):
+    NORMAL = "normal"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True)
+class Params:
+    """The per-IP algorithm's knobs (DESIGN §2)."""
+
+    rolling: int = 5
+    window: int = 20
+    sigmas: tuple[float, float] = (2.0, 4.0)
+
+
+@dataclass
+class Outcome:
+    """What the executor knows about any job it ran, prediction or training."""
+
+    ip: str
+    status: Status = Status.OK
+    error: str = ""
+    attempts: int = 0
+    duration_ms: float | None = None
+    worker_pid: int | None = None
+    worker_peak_rss_mib: float | None = None
+
+
+@dataclass
+class Result(Outcome):
+    """One output row (DESIGN §3)."""
+
+    timestamp: str = ""
+    observed: float | None = None
+    predicted: float | None = None
+    std: float | None = None
+    lower: tuple[float, ...] = ()
+    upper: tuple[float, ...] = ()
+    anomaly: bool | None = None
+    severity: Severity | None = None
+    model: str = ""
+    log: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Result":
+        d = dict(d)
+        d["status"] = Status(d["status"])
+        d["severity"] = Severity(d["severity"]) if d.get("severity") else None
+        d["lower"], d["upper"] = tuple(d.get("lower", ())), tuple(d.get("upper", ()))
+        return cls(**d)
+
+
+@dataclass
+class Job:
+    """One IP to score: its series, its artefacts (relative to the store) and its std."""
+
+    ip: str
+    labels: list[str]
+    values: list[float]
+    store: str
+    model: str
+    scaler: str
+    std: float
+    params: Params = Params()
+
+    def failed(self, status: Status, error: str) -> Result:
+        return Result(ip=self.ip, status=status, error=error, model=self.model,
+                      timestamp=self.labels[-1] if self.labels else "")

@@ -1,0 +1,33 @@
+"""Imported once by the forkserver so that every forked worker starts warm.
+
+Import only: running a TensorFlow op here would start TF's thread pools, which do not survive
+a fork. Environment set here is inherited by every worker.
+"""
+import os
+import warnings
+
+if os.environ.get("BATCHPREDICT_DEVICE", "cpu") == "cpu":
+    # These models are tiny; a GPU context costs seconds per process (DESIGN §4).
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
+else:
+    os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+warnings.filterwarnings("ignore", module="keras")
+warnings.filterwarnings("ignore", module="sklearn")
+
+# TensorFlow's import prints absl INFO lines that TF_CPP_MIN_LOG_LEVEL no longer hides.
+_stderr = os.dup(2)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+try:
+    import h5py  # noqa: F401
+    import joblib  # noqa: F401
+    import sklearn.preprocessing  # noqa: F401
+    import tensorflow  # noqa: F401
+    import keras  # noqa: F401
+    import tf_keras  # noqa: F401
+
+    from . import worker  # noqa: F401
+finally:
+    os.dup2(_stderr, 2)
+    os.close(_stderr)

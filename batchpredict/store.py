@@ -1,0 +1,82 @@
+"""The model store (DESIGN §1): finds each IP's artefacts, never outside the store."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+
+from .errors import JobError, UsageError
+from .job import Status
+
+IP_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+MODEL_SUFFIXES = (".h5", ".keras")
+SAVED_MODEL_FILE = "saved_model.pb"
+
+
+@dataclass(frozen=True)
+class Artefacts:
+    model: str   # relative to the store
+    scaler: str  # relative to the store
+    std: float
+
+
+class Store:
+    def __init__(self, root: str) -> None:
+        if not os.path.isdir(root):
+            raise UsageError(f"model store not found: {root}")
+        self.root = os.path.realpath(root)
+        self.stds = _read_stds(os.path.join(self.root, "std", "std.json"))
+
+    def check_ip(self, ip: str) -> None:
+        if not ip:
+            raise JobError(Status.INVALID_INPUT, "empty IP id")
+        if len(ip) > 255 or not IP_PATTERN.fullmatch(ip):
+            raise JobError(Status.INVALID_INPUT, f"invalid IP id {ip[:80]!r}: expected [A-Za-z0-9][A-Za-z0-9._:-]*, at most 255 chars")
+
+    def _inside(self, *parts: str) -> str:
+        path = os.path.join(self.root, *parts)
+        if os.path.commonpath([self.root, os.path.realpath(path)]) != self.root:
+            raise JobError(Status.INVALID_INPUT, f"{os.path.join(*parts)} resolves outside the store")
+        return path
+
+    def model_candidates(self, ip: str) -> list[str]:
+        """Every model artefact present for `ip`, relative to the store."""
+        found = []
+        for rel in [os.path.join("model", ip + s) for s in MODEL_SUFFIXES] + [os.path.join("model", ip)]:
+            path = self._inside(rel)
+            if (rel.endswith(MODEL_SUFFIXES) and os.path.isfile(path)) or os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+                found.append(rel)
+        return found
+
+    def artefacts(self, ip: str) -> Artefacts:
+        """The IP's artefacts, or JobError with the row's status (invalid_input, no_model, load_error)."""
+        self.check_ip(ip)
+        models = self.model_candidates(ip)
+        if len(models) > 1:
+            raise JobError(Status.LOAD_ERROR, f"ambiguous model: {' and '.join(models)} both exist; keep one")
+        if not models:
+            raise JobError(Status.NO_MODEL, f"no model in model/ ({ip}.h5, {ip}.keras or {ip}/saved_model.pb)")
+        scaler = os.path.join("sc", ip + ".save")
+        if not os.path.isfile(self._inside(scaler)):
+            raise JobError(Status.NO_MODEL, f"no scaler {scaler}")
+        if ip not in self.stds:
+            raise JobError(Status.NO_MODEL, "no entry in std/std.json")
+        std = self.stds[ip]
+        if isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std < 0:
+            raise JobError(Status.LOAD_ERROR, f"std/std.json entry is not a finite non-negative number: {std!r}")
+        return Artefacts(models[0], scaler, float(std))
+
+
+def _read_stds(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} must hold a JSON object {{\"<ip>\": <std>, ...}}")
+    return data

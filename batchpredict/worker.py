@@ -1,0 +1,47 @@
+"""One prediction job (DESIGN §2), run inside an isolated worker process."""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+import numpy as np
+
+from .anomaly import assess
+from .errors import JobError
+from .features import split_window
+from .job import Job, Result, Status
+from .loading import first_line, load_model, load_scaler
+
+
+def run_job(job: Job) -> Result:
+    """Score one IP. Never raises: every failure becomes the row's status and one-line error."""
+    result = Result(ip=job.ip, model=job.model, std=job.std, timestamp=job.labels[-1] if job.labels else "")
+    try:
+        _score(job, result)
+    except JobError as exc:
+        result.status, result.error = Status(exc.status), str(exc)
+    except Exception as exc:  # noqa: BLE001 - the row says what went wrong; the run goes on
+        result.status, result.error = Status.ERROR, first_line(exc)
+    return result
+
+
+def _score(job: Job, result: Result) -> None:
+    params = job.params
+    scaler = load_scaler(os.path.join(job.store, job.scaler))
+    model = load_model(os.path.join(job.store, job.model))
+    window = params.window
+    if model.window is not None and model.window != window:
+        result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")
+        window = model.window
+    inputs, observed = split_window(np.asarray(job.values, dtype=float), params.rolling, window)
+    result.observed = observed
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fitted-with-feature-names and version warnings
+        x = scaler.transform(inputs.reshape(-1, 1)).reshape(1, window, 1).astype(np.float32)
+        raw = np.asarray(model.predict(x), dtype=float).reshape(1, -1)
+        predicted = float(scaler.inverse_transform(raw)[0, 0])
+    if not math.isfinite(predicted):
+        raise JobError(Status.ERROR, f"model returned {predicted} for a finite window")
+    result.predicted = predicted
+    result.lower, result.upper, result.anomaly, result.severity = assess(observed, predicted, job.std, params.sigmas)

@@ -1,0 +1,117 @@
+"""Shared test fixtures: real stores of real Keras models, built once per session in a subprocess."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.preprocessing import MinMaxScaler
+
+HERE = Path(__file__).parent
+SHARED = HERE.parent.parent / "shared"
+BASE_IPS = [f"10.1.0.{i}" for i in range(1, 11)] + ["2001:db8::7", "host-a.example"]
+
+
+class Poison:
+    """Unpickling runs `code` in whichever process loads it (a worker)."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def __reduce__(self):  # noqa: ANN204
+        return (eval, (self.code,))
+
+
+POISONS = {
+    "sigkill": "__import__('os').kill(__import__('os').getpid(), 9)",
+    "sigsegv": "__import__('os').kill(__import__('os').getpid(), 11)",
+    "exit0": "__import__('os')._exit(0)",
+    "raise": "1/0",
+    "hang": "__import__('time').sleep(10**6)",
+    "hog": "[b'x' * 2**26 for _ in iter(int, 1)]",
+}
+
+
+def series_for(ip: str, length: int = 40) -> np.ndarray:
+    rng = np.random.default_rng(sum(map(ord, ip)))
+    t = np.arange(length)
+    return np.round(100 + 20 * np.sin(t / 4) + rng.normal(0, 2, length), 3)
+
+
+def weights_for(ip: str, window: int = 20) -> list[float]:
+    rng = np.random.default_rng(sum(map(ord, ip)) + 1)
+    w = rng.uniform(0, 1, window)
+    return (w / w.sum()).tolist()
+
+
+def build_models(store: Path, models: list[dict]) -> None:
+    spec = store / "spec.json"
+    spec.write_text(json.dumps({"store": str(store), "models": models}))
+    subprocess.run([sys.executable, str(HERE / "storegen.py"), str(spec)], check=True, timeout=300,
+                   capture_output=True)
+    spec.unlink()
+
+
+def write_scaler(store: Path, ip: str, obj: object) -> None:
+    (store / "sc").mkdir(parents=True, exist_ok=True)
+    joblib.dump(obj, store / "sc" / f"{ip}.save")
+
+
+def fitted_scaler(values: np.ndarray) -> MinMaxScaler:
+    return MinMaxScaler().fit(pd.Series(values).rolling(5).mean().dropna().to_numpy().reshape(-1, 1))
+
+
+def write_stds(store: Path, stds: dict) -> None:
+    (store / "std").mkdir(parents=True, exist_ok=True)
+    (store / "std" / "std.json").write_text(json.dumps(stds))
+
+
+def wide_table(path: Path, data: dict[str, np.ndarray | list]) -> Path:
+    length = max(len(v) for v in data.values())
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["ip"] + [f"t{i:03d}" for i in range(length)])
+        for ip, values in data.items():
+            writer.writerow([ip] + list(values))
+    return path
+
+
+@pytest.fixture(scope="session")
+def base_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 IPs with linear Keras models (half .h5, half .keras), scalers and stds."""
+    store = tmp_path_factory.mktemp("base") / "store"
+    build_models(store, [{"ip": ip, "kind": "linear", "format": "h5" if i % 2 else "keras",
+                          "weights": weights_for(ip), "bias": 0.01 * i} for i, ip in enumerate(BASE_IPS)])
+    for ip in BASE_IPS:
+        write_scaler(store, ip, fitted_scaler(series_for(ip)))
+    write_stds(store, {ip: 1.5 + i / 10 for i, ip in enumerate(BASE_IPS)})
+    return store
+
+
+@pytest.fixture
+def store(base_store: Path, tmp_path: Path) -> Path:
+    """A private copy of the base store, free to poison."""
+    return Path(shutil.copytree(base_store, tmp_path / "store"))
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    return wide_table(tmp_path / "stats.csv", {ip: series_for(ip) for ip in BASE_IPS})
+
+
+def run_cli(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "batchpredict.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def read_out(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, dtype={"ip": str, "timestamp": str, "error": str, "model": str},
+                       keep_default_na=False, na_values={"observed": [""], "predicted": [""]})

@@ -1,0 +1,76 @@
+"""The algorithm end to end through real workers, against an independent numpy computation."""
+import os
+import subprocess
+import sys
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+
+from batchpredict import Params, RunOptions, predict_table
+from conftest import BASE_IPS, series_for, weights_for, wide_table
+
+
+def expected_row(values, weights, bias, scaler, std, rolling=5, window=20):
+    raw = pd.Series(values, dtype=float)
+    smoothed = raw.rolling(rolling).mean()[rolling - 1:].fillna(raw.mean()).to_numpy()
+    inputs, observed = smoothed[-window - 1:-1], smoothed[-1]
+    x = scaler.transform(inputs.reshape(-1, 1)).ravel().astype(np.float32)
+    predicted = scaler.inverse_transform([[float(x @ np.float32(weights) + np.float32(bias))]])[0, 0]
+    return observed, predicted
+
+
+def check_against_numpy(frame, store, data):
+    stds = pd.read_json(store / "std" / "std.json", typ="series")
+    for i, ip in enumerate(BASE_IPS):
+        row = frame.set_index("ip").loc[ip]
+        scaler = joblib.load(store / "sc" / f"{ip}.save")
+        observed, predicted = expected_row(data[ip], weights_for(ip), 0.01 * i, scaler, stds[ip])
+        assert row["status"] == "ok", row["error"]
+        assert row["observed"] == pytest.approx(observed, rel=1e-12)
+        assert row["predicted"] == pytest.approx(predicted, rel=1e-5)
+        assert row["upper_2std"] == pytest.approx(row["predicted"] + 2 * stds[ip])
+        outside = not (row["lower_2std"] <= row["observed"] <= row["upper_2std"])
+        assert row["anomaly"] == ("true" if outside else "false")
+
+
+def test_wide_matches_numpy(store, tmp_path):
+    data = {ip: series_for(ip) for ip in BASE_IPS}
+    frame = predict_table(str(wide_table(tmp_path / "t.csv", data)), str(store))
+    check_against_numpy(frame, store, data)
+    assert list(frame["ip"]) == BASE_IPS
+
+
+def test_long_layout_in_any_row_order_and_exact_25_values(store, tmp_path):
+    data = {ip: series_for(ip, 25) for ip in BASE_IPS}
+    rows = [(ip, f"2026-01-{1 + h // 24:02d}T{h % 24:02d}:00", v) for ip in BASE_IPS for h, v in enumerate(data[ip])]
+    rows = [rows[i] for i in np.random.default_rng(0).permutation(len(rows))]
+    path = tmp_path / "long.csv"
+    pd.DataFrame(rows, columns=["ip", "timestamp", "value"]).to_csv(path, index=False)
+    frame = predict_table(str(path), str(store), options=RunOptions(workers=2, jobs_per_worker=4))
+    check_against_numpy(frame, store, data)
+    assert list(frame["ip"]) == list(dict.fromkeys(r[0] for r in rows))  # first appearance in the table
+    assert set(frame["timestamp"]) == {"2026-01-02T00:00"}
+
+
+def test_every_ok_row_ran_in_its_own_process(store, table):
+    frame = predict_table(str(table), str(store), options=RunOptions(workers=2, jobs_per_worker=1))
+    pids = frame["worker_pid"].tolist()
+    assert len(set(pids)) == len(BASE_IPS) and os.getpid() not in pids
+    assert (frame["worker_peak_rss_mib"] > 50).all()
+
+
+def test_coordinator_never_imports_tensorflow(store, table):
+    code = ("import sys; from batchpredict import predict_table; f = predict_table(sys.argv[1], sys.argv[2]); "
+            "assert (f.status == 'ok').all(), f; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'keras', 'tf_keras')))")
+    done = subprocess.run([sys.executable, "-c", code, str(table), str(store)], capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_custom_sigmas_name_the_columns(store, table):
+    frame = predict_table(str(table), str(store), params=Params(sigmas=(3.0, 5.0)))
+    assert "upper_3std" in frame.columns and "lower_5std" in frame.columns
