@@ -6,6 +6,7 @@ Each worker fits the original two-layer LSTM on its IP's rolling-mean history, t
 from __future__ import annotations
 
 import contextlib
+import csv
 import fcntl
 import hashlib
 import json
@@ -238,6 +239,12 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
 
 
 def write_report(results: list[TrainResult], path: str) -> None:
-    write_rows(path, REPORT_COLUMNS, [
-        [r.ip, r.status.value, r.error, r.model, r.epochs, r.train_loss, r.holdout_loss, r.std,
-         None if r.duration_ms is None else round(r.duration_ms, 1), r.worker_peak_rss_mib] for r in results])
+    """Updates the report: rows of IPs trained now replace their old rows, other IPs' rows stay."""
+    rows = {r.ip: [r.ip, r.status.value, r.error, r.model, r.epochs, r.train_loss, r.holdout_loss, r.std,
+                   None if r.duration_ms is None else round(r.duration_ms, 1), r.worker_peak_rss_mib]
+            for r in results}
+    if os.path.exists(path):
+        with open(path, newline="") as fh:
+            old = {line[0]: line for line in list(csv.reader(fh))[1:] if line}
+        rows = {**old, **rows}
+    write_rows(path, REPORT_COLUMNS, list(rows.values()))

@@ -53,6 +53,7 @@ def weights_for(ip: str, window: int = 20) -> list[float]:
 
 
 def build_models(store: Path, models: list[dict]) -> None:
+    store.mkdir(parents=True, exist_ok=True)
     spec = store / "spec.json"
     spec.write_text(json.dumps({"store": str(store), "models": models}))
     subprocess.run([sys.executable, str(HERE / "storegen.py"), str(spec)], check=True, timeout=300,
@@ -113,5 +114,9 @@ def run_cli(*args: str, timeout: float = 240, env: dict | None = None) -> subpro
 
 
 def read_out(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype={"ip": str, "timestamp": str, "error": str, "model": str},
-                       keep_default_na=False, na_values={"observed": [""], "predicted": [""]})
+    """An output CSV: text columns as text ('' when empty), numeric columns as numbers (NaN when empty)."""
+    text = ["ip", "timestamp", "anomaly", "severity", "status", "error", "model"]
+    frame = pd.read_csv(path, dtype={c: str for c in text}, keep_default_na=False)
+    numeric = [c for c in frame.columns if c not in text]
+    frame[numeric] = frame[numeric].apply(lambda col: pd.to_numeric(col.replace("", np.nan)))
+    return frame

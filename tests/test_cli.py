@@ -1,0 +1,92 @@
+"""The command line end to end on a temporary store: every status, exit codes, columns."""
+import json
+
+import numpy as np
+import pytest
+
+from batchpredict.export import columns
+from conftest import BASE_IPS, read_out, run_cli, series_for, wide_table
+
+DESIGN_COLUMNS = ("ip,timestamp,observed,predicted,std,lower_2std,upper_2std,lower_4std,upper_4std,anomaly,severity,"
+                  "status,error,model,attempts,duration_ms,worker_pid,worker_peak_rss_mib").split(",")
+
+
+def test_columns_are_the_contract():
+    assert columns((2.0, 4.0)) == DESIGN_COLUMNS
+
+
+def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
+    (store / "sc" / f"{BASE_IPS[1]}.save").unlink()
+    std = json.loads((store / "std" / "std.json").read_text())
+    del std[BASE_IPS[2]]
+    (store / "std" / "std.json").write_text(json.dumps(std))
+    junk = series_for(BASE_IPS[4]).astype(object)
+    junk[[3, 30]] = "n/a"
+    data = {
+        BASE_IPS[0]: series_for(BASE_IPS[0]),
+        "192.0.2.99": series_for("192.0.2.99"),       # no model file
+        BASE_IPS[1]: series_for(BASE_IPS[1]),          # no scaler
+        BASE_IPS[2]: series_for(BASE_IPS[2]),          # no std entry
+        BASE_IPS[4]: junk,                             # non-numeric cells -> NaN, still scored
+        "2001:db8::7": series_for("2001:db8::7"),     # IPv6
+        "../etc/passwd": series_for("x"),
+        "a/b": series_for("x"),
+        "": series_for("x"),
+        BASE_IPS[5]: ["nope"] * 40,                    # nothing numeric
+    }
+    path = wide_table(tmp_path / "t.csv", data)
+    with open(path, "a") as fh:  # a duplicate IP
+        fh.write(BASE_IPS[0] + "," + ",".join(map(str, np.arange(40))) + "\n")
+    out = tmp_path / "out" / "a.csv"
+    done = run_cli("predict", "--data", path, "--models", store, "--out", out)
+    assert done.returncode == 0, done.stderr
+    frame = read_out(out)
+    assert list(frame.columns) == DESIGN_COLUMNS
+    status = dict(zip(frame["ip"], frame["status"]))
+    assert list(frame["ip"]) == list(data)
+    assert status == {
+        BASE_IPS[0]: "invalid_input", "192.0.2.99": "no_model", BASE_IPS[1]: "no_model",
+        BASE_IPS[2]: "no_model", BASE_IPS[4]: "ok", "2001:db8::7": "ok",
+        "../etc/passwd": "invalid_input", "a/b": "invalid_input", "": "invalid_input",
+        BASE_IPS[5]: "insufficient_data"}
+    errors = dict(zip(frame["ip"], frame["error"]))
+    assert all(errors[ip] and "\n" not in errors[ip] for ip, s in status.items() if s != "ok")
+    assert "Traceback" not in done.stderr
+    summary = json.loads((tmp_path / "out" / "a.csv.summary.json").read_text())
+    assert summary["status"]["ok"] == 2 and summary["ips"] == len(data)
+    ok = frame[frame["status"] == "ok"]
+    assert ok["anomaly"].isin(["true", "false"]).all() and ok["severity"].isin(["normal", "warning", "critical"]).all()
+
+
+def test_short_series_in_long_layout_is_insufficient(store, tmp_path):
+    path = tmp_path / "long.csv"
+    rows = [f"{BASE_IPS[0]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[0])[:24])]
+    rows += [f"{BASE_IPS[1]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[1]))]
+    path.write_text("ip,timestamp,value\n" + "\n".join(rows) + "\n")
+    done = run_cli("predict", "--data", path, "--models", store, "--out", tmp_path / "a.csv")
+    assert done.returncode == 0, done.stderr
+    frame = read_out(tmp_path / "a.csv")
+    assert list(frame["status"]) == ["insufficient_data", "ok"]
+    assert "need 21" in frame["error"][0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "{tmp}/missing.csv"], "table not found"),
+    (["--models", "{tmp}/nostore"], "model store not found"),
+    (["--data", "{tmp}/empty.csv"], "cannot read table"),
+    (["--sigmas", "4,2"], "sigmas"),
+    (["--workers", "0"], "whole number"),
+    (["--layout", "tall"], "invalid choice"),
+    (["--max-worker-memory", "lots"], "not a size"),
+])
+def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, args, message):
+    (tmp_path / "empty.csv").write_text("")
+    defaults = {"--data": str(table), "--models": str(store), "--out": str(tmp_path / "o" / "a.csv")}
+    given = [a.format(tmp=tmp_path) for a in args]
+    for flag, value in defaults.items():
+        if flag not in given:
+            given += [flag, value]
+    done = run_cli("predict", *given)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "o" / "a.csv").exists()

@@ -1,0 +1,164 @@
+"""Every job ends in exactly one row, whatever its worker does: a fault table on real processes."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+import joblib
+import pandas as pd
+import psutil
+import pytest
+
+from batchpredict.executor import LocalExecutor, exit_reason
+from batchpredict.job import Outcome, Status
+from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli
+
+VICTIM = BASE_IPS[3]
+RESULT_COLUMNS = ["ip", "timestamp", "observed", "predicted", "lower_2std", "upper_4std", "anomaly", "severity",
+                  "status"]
+
+
+@pytest.fixture(scope="session")
+def clean_run(base_store, tmp_path_factory):
+    from conftest import series_for, wide_table
+
+    tmp = tmp_path_factory.mktemp("clean")
+    table = wide_table(tmp / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
+    done = run_cli("predict", "--data", table, "--models", base_store, "--out", tmp / "a.csv")
+    assert done.returncode == 0, done.stderr
+    return read_out(tmp / "a.csv")
+
+
+def poison_scaler(store, kind):
+    joblib.dump(Poison(POISONS[kind]), store / "sc" / f"{VICTIM}.save")
+
+
+def poison_model(store, data: bytes):
+    model = next((store / "model").glob(f"{VICTIM}.*"))
+    model.write_bytes(data(model.read_bytes()) if callable(data) else data)
+
+
+FAULTS = [
+    # (id, poison, extra args, status, error fragment)
+    ("sigsegv", lambda s: poison_scaler(s, "sigsegv"), [], "crashed", "SIGSEGV"),
+    ("sigkill", lambda s: poison_scaler(s, "sigkill"), [], "crashed", "SIGKILL: possibly out of memory"),
+    ("exit0", lambda s: poison_scaler(s, "exit0"), [], "crashed", "exited with code 0"),
+    ("raise", lambda s: poison_scaler(s, "raise"), [], "load_error", "ZeroDivisionError"),
+    ("hang", lambda s: poison_scaler(s, "hang"), ["--timeout", "4"], "timeout", "within 4 s"),
+    ("hog", lambda s: poison_scaler(s, "hog"), ["--max-worker-memory", "1GiB"], "memory_exceeded", "over the cap"),
+    ("truncated", lambda s: poison_model(s, lambda b: b[: len(b) // 3]), [], "load_error", VICTIM),
+    ("random", lambda s: poison_model(s, os.urandom(4096)), [], "load_error", VICTIM),
+]
+
+
+@pytest.mark.parametrize("fault, poison, args, status, fragment", FAULTS, ids=[f[0] for f in FAULTS])
+def test_fault_table(store, table, tmp_path, clean_run, fault, poison, args, status, fragment):
+    poison(store)
+    out = tmp_path / "a.csv"
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, *args)
+    assert done.returncode == 1, done.stderr
+    frame = read_out(out)
+    assert list(frame["ip"]) == BASE_IPS
+    victim = frame.set_index("ip").loc[VICTIM]
+    assert victim["status"] == status and fragment in victim["error"], victim["error"]
+    assert victim["attempts"] == (2 if status == "crashed" else 1)
+    others = frame[frame["ip"] != VICTIM][RESULT_COLUMNS].reset_index(drop=True)
+    expected = clean_run[clean_run["ip"] != VICTIM][RESULT_COLUMNS].reset_index(drop=True)
+    pd.testing.assert_frame_equal(others, expected, check_exact=True)
+    if status == "memory_exceeded":
+        assert victim["worker_peak_rss_mib"] > 1024
+    assert not [pid for pid in frame["worker_pid"].dropna() if psutil.pid_exists(int(pid))]
+
+
+def test_model_returning_nan_is_error(tmp_path):
+    from conftest import build_models, fitted_scaler, series_for, wide_table, write_scaler, write_stds
+
+    store = tmp_path / "store"
+    build_models(store, [{"ip": "n1", "kind": "nan"}])
+    write_scaler(store, "n1", fitted_scaler(series_for("n1")))
+    write_stds(store, {"n1": 1.0})
+    table = wide_table(tmp_path / "t.csv", {"n1": series_for("n1")})
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv")
+    frame = read_out(tmp_path / "a.csv")
+    assert done.returncode == 1 and frame["status"][0] == "error" and "nan" in frame["error"][0].lower()
+
+
+# Executor-level cases: handlers defined here run in the forked workers.
+@dataclass
+class Task:
+    ip: str
+    action: str = "ok"
+
+    def failed(self, status: Status, error: str) -> Outcome:
+        return Outcome(ip=self.ip, status=status, error=error)
+
+
+@dataclass
+class Weird(Outcome):
+    payload: object = None
+
+
+def handler(task: Task) -> Outcome:
+    if task.action == "unpicklable":
+        return Weird(ip=task.ip, payload=lambda: None)
+    if task.action == "huge":
+        return Weird(ip=task.ip, payload=b"x" * (32 * 2**20))
+    if task.action == "crash-once" and not os.path.exists(task.ip):
+        open(task.ip, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return Outcome(ip=task.ip)
+
+
+@pytest.mark.parametrize("action, status, fragment", [
+    ("unpicklable", Status.ERROR, "could not be sent back"),
+    ("huge", Status.ERROR, "over"),
+])
+def test_unsendable_result_becomes_error(action, status, fragment):
+    results = list(LocalExecutor(workers=2).run(handler, [Task("a"), Task("b", action), Task("c")]))
+    by_ip = {r.ip: r for r in results}
+    assert len(results) == 3 and by_ip["a"].status is Status.OK and by_ip["c"].status is Status.OK
+    assert by_ip["b"].status is status and fragment in by_ip["b"].error
+
+
+def test_crash_is_retried_and_attempts_counted(tmp_path):
+    marker = str(tmp_path / "m")
+    [result] = LocalExecutor(workers=1, retries=1).run(handler, [Task(marker, "crash-once")])
+    assert result.status is Status.OK and result.attempts == 2
+
+
+@pytest.mark.parametrize("jobs_per_worker", [1, 3])
+def test_batch_worker_crash_requeues_the_rest(tmp_path, jobs_per_worker):
+    tasks = [Task(f"t{i}") for i in range(5)] + [Task(str(tmp_path / "m"), "crash-once")] + [Task("z")]
+    results = list(LocalExecutor(workers=2, jobs_per_worker=jobs_per_worker).run(handler, tasks))
+    assert sorted(r.ip for r in results) == sorted(t.ip for t in tasks)
+    assert all(r.status is Status.OK for r in results)
+
+
+@pytest.mark.parametrize("code, fragment", [(-9, "SIGKILL"), (-11, "SIGSEGV"), (3, "code 3"), (None, "vanished")])
+def test_exit_reasons_name_the_cause(code, fragment):
+    assert fragment in exit_reason(code)
+
+
+def test_no_worker_outlives_a_killed_coordinator(store, table, tmp_path):
+    poison_scaler(store, "hang")
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--data", str(table), "--models",
+                             str(store), "--out", str(tmp_path / "a.csv"), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    coordinator = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    workers: list[psutil.Process] = []
+    while time.monotonic() < deadline and not workers:  # workers are the forkserver's children
+        time.sleep(0.2)
+        descendants = coordinator.children(recursive=True)
+        workers = [d for d in descendants if d.ppid() != proc.pid]
+    descendants = coordinator.children(recursive=True)
+    assert workers, "no worker seen"
+    proc.kill()
+    proc.wait(30)
+    gone, alive = psutil.wait_procs(descendants, timeout=15)
+    assert not alive
