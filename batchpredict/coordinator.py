@@ -79,9 +79,10 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
     """Score every IP of the table; with `out`, also write the CSV, its summary and a journal."""
     check_params(params)
     started = time.monotonic()
-    order, results, jobs = plan(data, models, params, options.layout)
-    executor = make_executor(options)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(_signals_raise())
+        order, results, jobs = plan(data, models, params, options.layout)
+        executor = make_executor(options)
         journal = None
         if out:
             stack.enter_context(Lock(out + ".lock"))
@@ -93,7 +94,6 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
             if done:
                 log.info("resuming: %d of %d jobs already done", len(done), len(jobs))
             jobs = [job for job in jobs if job.ip not in done]
-        stack.enter_context(_signals_raise())
         for result in executor.run(run_job, jobs):
             for line in result.log:
                 log.info(line)

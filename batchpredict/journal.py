@@ -38,8 +38,11 @@ class Journal:
         return done
 
     def _read(self) -> dict[str, Result]:
-        with open(self.path) as fh:
-            lines = fh.read().split("\n")
+        with open(self.path, "r+") as fh:
+            text = fh.read()
+            # Cut the line a killed run was writing, so that appends start on a line of their own.
+            fh.truncate(text.rfind("\n") + 1)
+        lines = text.split("\n")
         try:
             header = json.loads(lines[0])
         except ValueError:
@@ -52,7 +55,7 @@ class Journal:
             try:
                 result = Result.from_dict(json.loads(line))
             except (ValueError, TypeError, KeyError):
-                continue  # the line a killed run was writing
+                continue  # the cut line, or the empty one after the last newline
             done[result.ip] = result
         return done
 

@@ -40,20 +40,24 @@ def poison_model(store, data: bytes):
     model.write_bytes(data(model.read_bytes()) if callable(data) else data)
 
 
+SLOW = pytest.mark.slow
 FAULTS = [
-    # (id, poison, extra args, status, error fragment)
-    ("sigsegv", lambda s: poison_scaler(s, "sigsegv"), [], "crashed", "SIGSEGV"),
-    ("sigkill", lambda s: poison_scaler(s, "sigkill"), [], "crashed", "SIGKILL: possibly out of memory"),
-    ("exit0", lambda s: poison_scaler(s, "exit0"), [], "crashed", "exited with code 0"),
-    ("raise", lambda s: poison_scaler(s, "raise"), [], "load_error", "ZeroDivisionError"),
-    ("hang", lambda s: poison_scaler(s, "hang"), ["--timeout", "4"], "timeout", "within 4 s"),
-    ("hog", lambda s: poison_scaler(s, "hog"), ["--max-worker-memory", "1GiB"], "memory_exceeded", "over the cap"),
-    ("truncated", lambda s: poison_model(s, lambda b: b[: len(b) // 3]), [], "load_error", VICTIM),
-    ("random", lambda s: poison_model(s, os.urandom(4096)), [], "load_error", VICTIM),
+    # (poison, extra args, status, error fragment); the fast few stay in the default suite.
+    pytest.param(lambda s: poison_scaler(s, "sigsegv"), [], "crashed", "SIGSEGV", id="sigsegv"),
+    pytest.param(lambda s: poison_scaler(s, "sigkill"), [], "crashed", "SIGKILL: possibly out of memory",
+                 id="sigkill", marks=SLOW),
+    pytest.param(lambda s: poison_scaler(s, "exit0"), [], "crashed", "exited with code 0", id="exit0", marks=SLOW),
+    pytest.param(lambda s: poison_scaler(s, "raise"), [], "load_error", "ZeroDivisionError", id="raise"),
+    pytest.param(lambda s: poison_scaler(s, "hang"), ["--timeout", "4"], "timeout", "within 4 s", id="hang",
+                 marks=SLOW),
+    pytest.param(lambda s: poison_scaler(s, "hog"), ["--max-worker-memory", "1GiB"], "memory_exceeded",
+                 "over the cap", id="hog", marks=SLOW),
+    pytest.param(lambda s: poison_model(s, lambda b: b[: len(b) // 3]), [], "load_error", VICTIM, id="truncated"),
+    pytest.param(lambda s: poison_model(s, os.urandom(4096)), [], "load_error", VICTIM, id="random", marks=SLOW),
 ]
 
 
-@pytest.mark.parametrize("fault, poison, args, status, fragment", FAULTS, ids=[f[0] for f in FAULTS])
+@pytest.mark.parametrize("poison, args, status, fragment", FAULTS)
 def test_fault_table(store, table, tmp_path, clean_run, fault, poison, args, status, fragment):
     poison(store)
     out = tmp_path / "a.csv"
@@ -72,6 +76,7 @@ def test_fault_table(store, table, tmp_path, clean_run, fault, poison, args, sta
     assert not [pid for pid in frame["worker_pid"].dropna() if psutil.pid_exists(int(pid))]
 
 
+@pytest.mark.slow
 def test_model_returning_nan_is_error(tmp_path):
     from conftest import build_models, fitted_scaler, series_for, wide_table, write_scaler, write_stds
 

@@ -1,0 +1,117 @@
+"""Journal, resume, lock and signals, on real runs of the CLI."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import joblib
+import pandas as pd
+import psutil
+import pytest
+
+from batchpredict.errors import LockHeld, UsageError
+from batchpredict.job import Result, Status
+from batchpredict.journal import Journal, Lock
+from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli
+
+TIMING = ["attempts", "duration_ms", "worker_pid", "worker_peak_rss_mib"]
+
+
+def start_cli(*args: object) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def journal_results(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()[1:] if line.endswith("}")]
+
+
+def wait_for(predicate, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+def test_journal_round_trip_and_torn_last_line(tmp_path):
+    path = tmp_path / "j"
+    journal = Journal(str(path), "fp")
+    assert journal.open(resume=True) == {}
+    journal.append(Result(ip="a", status=Status.OK, predicted=1.5, lower=(1.0, 0.5), upper=(2.0, 2.5)))
+    journal.close(remove=False)
+    with open(path, "a") as fh:
+        fh.write('{"ip": "b", "sta')  # a run killed mid-write
+    again = Journal(str(path), "fp")
+    done = again.open(resume=True)
+    assert list(done) == ["a"] and done["a"].upper == (2.0, 2.5)
+    again.append(Result(ip="c"))
+    again.close(remove=False)
+    assert [r["ip"] for r in journal_results(path)] == ["a", "c"]
+
+
+def test_journal_of_other_inputs_is_refused(tmp_path):
+    path = tmp_path / "j"
+    Journal(str(path), "one").open(resume=False)
+    with pytest.raises(UsageError, match="another table"):
+        Journal(str(path), "two").open(resume=True)
+
+
+def test_lock_is_exclusive_and_never_stale(tmp_path):
+    path = str(tmp_path / "out.lock")
+    with Lock(path):
+        with pytest.raises(LockHeld):
+            Lock(path).__enter__()
+    Path(path).write_text("12345\n")  # left behind by a killed run: flock is gone with its holder
+    with Lock(path):
+        pass
+
+
+def test_sigterm_mid_run_then_resume(store, table, tmp_path):
+    out = tmp_path / "a.csv"
+    reference = tmp_path / "ref.csv"
+    assert run_cli("predict", "--data", table, "--models", store, "--out", reference).returncode == 0
+    journal = Path(str(out) + ".journal")
+    run = start_cli("--data", table, "--models", store, "--out", out, "--workers", "1")
+    wait_for(lambda: len(journal_results(journal)) >= 3)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, stderr
+    assert "--resume" in stderr and not out.exists()
+    first = {r["ip"] for r in journal_results(journal)}
+    assert 3 <= len(first) < len(BASE_IPS)
+
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--resume")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(Path(str(out) + ".summary.json").read_text())
+    assert summary["jobs_run"] == len(BASE_IPS) - len(first)  # no IP run twice
+    pd.testing.assert_frame_equal(read_out(out).drop(columns=TIMING), read_out(reference).drop(columns=TIMING))
+    assert not journal.exists()
+
+
+@pytest.mark.slow
+def test_second_run_on_same_output_exits_75_and_kill_9_then_resume(store, table, tmp_path):
+    joblib.dump(Poison(POISONS["hang"]), store / "sc" / f"{BASE_IPS[-1]}.save")
+    out = tmp_path / "a.csv"
+    journal = Path(str(out) + ".journal")
+    first = start_cli("--data", table, "--models", store, "--out", out, "--timeout", "600")
+    wait_for(lambda: len(journal_results(journal)) >= 2)
+    began = time.monotonic()
+    second = run_cli("predict", "--data", table, "--models", store, "--out", out)
+    assert second.returncode == 75 and "another run" in second.stderr
+    assert time.monotonic() - began < 15
+    descendants = psutil.Process(first.pid).children(recursive=True)
+    first.kill()
+    first.wait(30)
+    assert not psutil.wait_procs(descendants, timeout=15)[1]
+    resumed = run_cli("predict", "--data", table, "--models", store, "--out", out, "--resume", "--timeout", "3")
+    assert resumed.returncode == 1, resumed.stderr
+    frame = read_out(out)
+    assert list(frame["ip"]) == BASE_IPS
+    assert frame.set_index("ip").loc[BASE_IPS[-1], "status"] == "timeout"
+    assert (frame[frame["ip"] != BASE_IPS[-1]]["status"] == "ok").all()
