@@ -167,3 +167,33 @@ def test_no_worker_outlives_a_killed_coordinator(store, table, tmp_path):
     proc.wait(30)
     gone, alive = psutil.wait_procs(descendants, timeout=15)
     assert not alive
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ten_percent_poisoned_store_completes_with_every_row(tmp_path):
+    from conftest import build_models, fitted_scaler, series_for, weights_for, wide_table, write_scaler, write_stds
+
+    ips = [f"10.7.{i // 250}.{i % 250}" for i in range(70)]
+    poisons = {ips[5]: "sigsegv", ips[15]: "sigkill", ips[25]: "exit0", ips[35]: "raise", ips[45]: "hang",
+               ips[55]: "hog", ips[65]: "nan"}
+    expected = {"sigsegv": "crashed", "sigkill": "crashed", "exit0": "crashed", "raise": "load_error",
+                "hang": "timeout", "hog": "memory_exceeded", "nan": "error"}
+    store = tmp_path / "store"
+    build_models(store, [{"ip": ip, "kind": "nan" if poisons.get(ip) == "nan" else "linear",
+                          "weights": weights_for(ip)} for ip in ips])
+    for ip in ips:
+        kind = poisons.get(ip)
+        write_scaler(store, ip, Poison(POISONS[kind]) if kind in POISONS else fitted_scaler(series_for(ip)))
+    write_stds(store, {ip: 2.0 for ip in ips})
+    table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--timeout", "5",
+                   "--max-worker-memory", "1.2GiB", timeout=540)
+    assert done.returncode == 1, done.stderr
+    frame = read_out(tmp_path / "a.csv").set_index("ip")
+    assert list(frame.index) == ips
+    for ip in ips:
+        want = expected[poisons[ip]] if ip in poisons else "ok"
+        assert frame.loc[ip, "status"] == want, (ip, frame.loc[ip, "error"])
+    healthy = frame[~frame.index.isin(poisons)]
+    assert healthy["predicted"].notna().all() and healthy["anomaly"].isin(["true", "false"]).all()

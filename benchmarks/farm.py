@@ -1,0 +1,55 @@
+"""A store of N IPs for benchmarks and soaks, copied from the bundled demo store.
+
+Each IP gets its own copy of a real trained two-layer LSTM (LSTM(64) -> LSTM(32) -> Dense(1)),
+its scaler and std, and its own row in a wide table, cycling through the demo IPs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(n: int, dest: str | Path, source: str | Path = ROOT / "models",
+          stats: str | Path = ROOT / "examples" / "stats.csv") -> tuple[Path, Path]:
+    """(store, table) for n IPs under dest."""
+    dest, source = Path(dest), Path(source)
+    store = dest / "store"
+    for sub in ("model", "sc", "std"):
+        (store / sub).mkdir(parents=True, exist_ok=True)
+    demo = pd.read_csv(stats, dtype={"ip": str})
+    stds = json.loads((source / "std" / "std.json").read_text())
+    models = {p.name.rsplit(".", 1)[0]: p for p in (source / "model").iterdir() if p.suffix in (".h5", ".keras")}
+    rows, new_stds = [], {}
+    for i in range(n):
+        origin = demo.iloc[i % len(demo)]
+        ip = f"10.{100 + i // 65536}.{i // 256 % 256}.{i % 256}"
+        model = models[origin["ip"]]
+        shutil.copyfile(model, store / "model" / f"{ip}{model.suffix}")
+        shutil.copyfile(source / "sc" / f"{origin['ip']}.save", store / "sc" / f"{ip}.save")
+        new_stds[ip] = stds[origin["ip"]]
+        rows.append([ip, *origin.iloc[1:].tolist()])
+    (store / "std" / "std.json").write_text(json.dumps(new_stds))
+    table = dest / "stats.csv"
+    pd.DataFrame(rows, columns=demo.columns).to_csv(table, index=False)
+    return store, table
+
+
+def origin_of(i: int, stats: str | Path = ROOT / "examples" / "stats.csv") -> str:
+    demo = pd.read_csv(stats, dtype={"ip": str})
+    return str(demo.iloc[i % len(demo)]["ip"])
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("n", type=int)
+    parser.add_argument("dest")
+    args = parser.parse_args()
+    print(*build(args.n, args.dest))
