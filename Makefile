@@ -12,7 +12,7 @@ SLOW    ?=
 
 PYTEST_MARK := $(if $(SLOW),,-m "not slow")
 
-.PHONY: install predict train test bench clean
+.PHONY: install predict train test bench soak clean
 
 install: $(STAMP)
 
@@ -38,3 +38,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out report .pytest_cache
+
+soak: $(STAMP)
+	$(BIN)/python benchmarks/soak.py --n $(or $(N),2000)
