@@ -202,16 +202,16 @@ class LocalExecutor:
             self._kill(worker)
             return Status.MEMORY_EXCEEDED, (f"worker RSS {rss:.0f} MiB over the cap of "
                                             f"{self.max_memory_mib:.0f} MiB (--max-worker-memory); killed")
-        if time.monotonic() > worker.deadline:
+        # A result waiting in the pipe moves the deadline on at the next collect: no kill for it.
+        if time.monotonic() > worker.deadline and not worker.conn.poll():
             self._kill(worker)
             return Status.TIMEOUT, f"no result within {self.timeout:g} s (--timeout); worker killed"
         return None
 
     def _finish(self, worker: _Worker, status: Status, error: str, pending: deque) -> Iterator[Outcome]:
         """Account for the tasks a departing worker did not finish."""
-        if worker.batch and status is Status.CRASHED:
-            # A result may have raced the exit: take it before blaming the task.
-            yield from self._collect(worker, [worker.conn])
+        # Results that raced the exit or the kill are taken before any task is blamed.
+        yield from self._collect(worker, [worker.conn])
         worker.conn.close()
         for line in worker_stderr(worker.stderr_path):
             log.debug("worker %d stderr: %s", worker.process.pid, line)
