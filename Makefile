@@ -7,12 +7,13 @@ STAMP  := $(VENV)/.installed
 DATA    ?= examples/stats.csv
 MODELS  ?= models
 OUT     ?= out/anomalies.csv
+REPORT  ?= report
 WORKERS ?= 2
 SLOW    ?=
 
 PYTEST_MARK := $(if $(SLOW),,-m "not slow")
 
-.PHONY: install predict train test bench soak clean
+.PHONY: install predict report train test bench soak clean
 
 install: $(STAMP)
 
@@ -24,6 +25,10 @@ $(STAMP): pyproject.toml
 
 predict: $(STAMP)
 	$(BIN)/batchpredict predict --data $(DATA) --models $(MODELS) --out $(OUT) --workers $(WORKERS)
+
+# Renders the last `make predict` output (same DATA and OUT) as $(REPORT)/index.html.
+report: $(STAMP)
+	$(BIN)/batchpredict report --results $(OUT) --data $(DATA) --out $(REPORT)
 
 # A command-line DATA=... still wins over this target default.
 train: DATA = examples/history.csv

@@ -5,8 +5,10 @@ import argparse
 import logging
 import re
 import sys
+import time
 from typing import Callable, Sequence
 
+from . import logs
 from .errors import BatchPredictError, UsageError
 from .job import Params, Status
 
@@ -61,8 +63,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retries", type=int, default=1, help="retries for a crashed worker (default 1)")
     parser.add_argument("--window", type=positive_int, default=20)
     parser.add_argument("--rolling", type=positive_int, default=5)
-    parser.add_argument("-q", "--quiet", action="store_true")
+    add_log_options(parser)
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    """Logs go to stderr; -q keeps warnings and the final line."""
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings, errors and the final summary")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--log-format", choices=logs.FORMATS, default="text",
+                        help="text (default) or json: one JSON object a line, for log shippers")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--sigmas", type=parse_sigmas, default=(2.0, 4.0), help="warning,critical (default 2,4)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     predict.add_argument("--backend", default="local", help="local (default)")
+    predict.add_argument("--metrics-file", default=None, metavar="PATH.prom",
+                         help="write Prometheus metrics of the run here (node_exporter textfile collector)")
+    predict.add_argument("--progress-interval", type=positive_float, default=30.0, metavar="SECONDS",
+                         help="without a terminal, log progress every SECONDS (default 30)")
     add_run_options(predict)
     predict.set_defaults(func=cmd_predict)
 
@@ -93,22 +106,57 @@ def build_parser() -> argparse.ArgumentParser:
                        help="only these IPs, comma-separated")
     add_run_options(train)
     train.set_defaults(func=cmd_train, timeout=1800.0)
+
+    report = commands.add_parser("report", help="render an HTML report of a predict run")
+    report.add_argument("--results", required=True, help="the anomalies CSV of a predict run")
+    report.add_argument("--data", required=True, help="the stats table that run scored")
+    report.add_argument("--out", required=True, help="report folder (index.html and plots/)")
+    report.add_argument("--top", type=positive_int, default=100, help="plot the N most anomalous IPs (default 100)")
+    report.add_argument("--layout", choices=["wide", "long"], default=None)
+    report.add_argument("--window", type=positive_int, default=20)
+    report.add_argument("--rolling", type=positive_int, default=5)
+    add_log_options(report)
+    report.set_defaults(func=cmd_report)
     return parser
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .coordinator import RunOptions, predict_table
+    from .metrics import write_metrics
+    from .progress import Progress
 
-    frame = predict_table(args.data, args.models, args.out,
-                          Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas),
-                          RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker, timeout=args.timeout,
-                                     max_worker_memory_mib=args.max_worker_memory, retries=args.retries,
-                                     backend=args.backend, resume=args.resume, layout=args.layout))
+    started = time.time()
+    try:
+        with Progress(enabled=not args.quiet, interval=args.progress_interval) as progress:
+            frame = predict_table(args.data, args.models, args.out,
+                                  Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas),
+                                  RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker,
+                                             timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
+                                             retries=args.retries, backend=args.backend, resume=args.resume,
+                                             layout=args.layout),
+                                  on_result=progress.update, on_start=progress.start)
+    except BatchPredictError as exc:
+        if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see
+            write_metrics(args.metrics_file, None, exc.exit_code, started)
+        raise
     info = frame.attrs["summary"]
-    print(f"batchpredict: {info['ips']} IPs in {info['wall_s']:.1f} s ({info['jobs_per_s'] or 0:.1f} jobs/s) -> "
-          f"{args.out}: " + _counts(info["status"]) + "; severity: " + (_counts(info["severity"]) or "none"),
-          file=sys.stderr)
-    return 1 if any(Status(s).failed for s in info["status"]) else 0
+    logs.final.info(f"batchpredict: {info['ips']} IPs in {info['wall_s']:.1f} s ({info['jobs_per_s'] or 0:.1f} "
+                    f"jobs/s) -> {args.out}: " + _counts(info["status"]) + "; severity: "
+                    + (_counts(info["severity"]) or "none"), extra={"fields": {"event": "summary", **info}})
+    code = 1 if any(Status(s).failed for s in info["status"]) else 0
+    if args.metrics_file:
+        write_metrics(args.metrics_file, info, code, started)
+    return code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report
+
+    done = build_report(args.results, args.data, args.out, args.top, Params(rolling=args.rolling, window=args.window),
+                        args.layout)
+    logs.final.info(f"batchpredict report: {done.ips} IPs, {done.anomalies} anomalous, {done.plots} plots -> "
+                    f"{done.path}", extra={"fields": {"event": "report", **vars(done)}})
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -124,7 +172,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
         if r.status is not Status.OK:
             log.warning("%s: %s: %s", r.ip, r.status.value, r.error)
-    print(f"batchpredict train: {len(results)} IPs -> {args.models}: {_counts(counts)}", file=sys.stderr)
+    logs.final.info(f"batchpredict train: {len(results)} IPs -> {args.models}: {_counts(counts)}",
+                    extra={"fields": {"event": "summary", "ips": len(results), "status": counts}})
     return 0 if counts.get("ok", 0) == len(results) else 1
 
 
@@ -135,13 +184,13 @@ def _counts(counts: dict[str, int]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logs.configure(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO,
+                   args.log_format)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
     except BatchPredictError as exc:
-        print(f"batchpredict: {exc}", file=sys.stderr)
+        logs.final.error(f"batchpredict: {exc}", extra={"fields": {"event": "exit", "exit_code": exc.exit_code}})
         return exc.exit_code
 
 

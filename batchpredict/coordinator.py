@@ -75,8 +75,12 @@ def plan(data: str, models: str, params: Params, layout: str | None) -> tuple[li
 
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
                   options: RunOptions = RunOptions(),
-                  on_result: Callable[[Result], None] | None = None) -> pd.DataFrame:
-    """Score every IP of the table; with `out`, also write the CSV, its summary and a journal."""
+                  on_result: Callable[[Result], None] | None = None,
+                  on_start: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Score every IP of the table; with `out`, also write the CSV, its summary and a journal.
+
+    `on_start(jobs)` is told how many jobs will run, `on_result(result)` gets each as it finishes.
+    """
     check_params(params)
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -94,6 +98,8 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
             if done:
                 log.info("resuming: %d of %d jobs already done", len(done), len(jobs))
             jobs = [job for job in jobs if job.ip not in done]
+        if on_start:
+            on_start(len(jobs))
         for result in executor.run(run_job, jobs):
             for line in result.log:
                 log.info(line)

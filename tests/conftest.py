@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import joblib
 import numpy as np
@@ -120,3 +121,34 @@ def read_out(path: Path) -> pd.DataFrame:
     numeric = [c for c in frame.columns if c not in text]
     frame[numeric] = frame[numeric].apply(lambda col: pd.to_numeric(col.replace("", np.nan)))
     return frame
+
+
+@pytest.fixture(scope="session")
+def every_status_run(base_store: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """One CLI run without a terminal whose rows take every status, with warning and critical anomalies."""
+    tmp = tmp_path_factory.mktemp("every")
+    store = Path(shutil.copytree(base_store, tmp / "store"))
+    hang, crash, hog, broken, wrong, short, warning, critical = BASE_IPS[3:11]
+    for ip, kind in ((hang, "hang"), (crash, "sigkill"), (hog, "hog")):
+        write_scaler(store, ip, Poison(POISONS[kind]))
+    next((store / "model").glob(f"{broken}.*")).write_bytes(os.urandom(4096))
+    write_scaler(store, wrong, MinMaxScaler().fit(np.zeros((3, 2))))  # 2 features: transform raises
+    stds = json.loads((store / "std" / "std.json").read_text())
+    write_stds(store, {**stds, warning: 100.0})
+    data = {hang: series_for(hang)}  # first, so its timeout overlaps the other jobs
+    data.update({ip: series_for(ip) for ip in BASE_IPS if ip != hang})
+    data[short] = ["n/a"] * 40  # nothing numeric
+    for ip in (warning, critical):  # the last smoothed point jumps by 300, the window does not move
+        data[ip][-1] += 1500
+    data["192.0.2.99"] = series_for("192.0.2.99")
+    data["../etc/passwd"] = series_for("x")
+    table = wide_table(tmp / "stats.csv", data)
+    out, metrics = tmp / "out" / "anomalies.csv", tmp / "out" / "batchpredict.prom"
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--metrics-file", metrics,
+                   "--timeout", "6", "--max-worker-memory", "1GiB", "--progress-interval", "0.5")
+    assert done.returncode == 1, done.stderr
+    expected = {hang: "timeout", crash: "crashed", hog: "memory_exceeded", broken: "load_error", wrong: "error",
+                short: "insufficient_data", "192.0.2.99": "no_model", "../etc/passwd": "invalid_input",
+                warning: "ok", critical: "ok"}
+    return SimpleNamespace(table=table, store=store, out=out, metrics=metrics, stderr=done.stderr,
+                           expected=expected, warning=warning, critical=critical)

@@ -1,0 +1,77 @@
+"""The last run as Prometheus text, for node_exporter's textfile collector (how cron jobs are watched)."""
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from .errors import BatchPredictError
+from .export import write_atomic
+from .job import Severity, Status
+
+PREFIX = "batchpredict"
+LAST_SUCCESS = f"{PREFIX}_last_success_timestamp_seconds"
+
+
+def render(summary: dict | None, exit_code: int, started: float, finished: float,
+           last_success: float | None = None) -> str:
+    """Metrics of one run; `summary` is None when the run stopped before its output (exit 2, 75, signal)."""
+    registry = CollectorRegistry()
+
+    def gauge(name: str, doc: str, value: float | None) -> None:
+        if value is not None:  # an unset Gauge would still say 0
+            Gauge(f"{PREFIX}_{name}", doc, registry=registry).set(value)
+
+    success = exit_code == 0
+    if success:
+        last_success = finished
+    gauge("last_run_timestamp_seconds", "When the last run ended (Unix time).", finished)
+    gauge("last_run_duration_seconds", "Wall time of the last run.", finished - started)
+    gauge("last_run_exit_code", "Exit code of the last run (0 ok, 1 some jobs failed, 2 usage, 75 locked, 128+N signal).",
+          exit_code)
+    gauge("last_run_success", "1 when the last run exited 0, else 0.", int(success))
+    gauge("last_success_timestamp_seconds", "When a run last exited 0 (Unix time).", last_success)
+    if summary is None:
+        return generate_latest(registry).decode()
+    ips = Gauge(f"{PREFIX}_ips", "IPs of the last run per row status.", ["status"], registry=registry)
+    for status in Status:
+        ips.labels(status=status.value).set(summary["status"].get(status.value, 0))
+    anomalies = Gauge(f"{PREFIX}_anomalies", "Anomalous IPs of the last run per severity.", ["severity"],
+                      registry=registry)
+    for severity in (Severity.WARNING, Severity.CRITICAL):
+        anomalies.labels(severity=severity.value).set(summary["severity"].get(severity.value, 0))
+    gauge("jobs_per_second", "Worker jobs per second of wall time in the last run.", summary["jobs_per_s"] or 0)
+    gauge("jobs_run", "Worker jobs the last run executed (resumed ones excluded).", summary["jobs_run"])
+    gauge("worker_peak_rss_bytes", "Peak resident memory of any worker in the last run.",
+          _bytes(summary.get("worker_peak_rss_mib")))
+    gauge("coordinator_peak_rss_bytes", "Peak resident memory of the coordinator process.",
+          _bytes(summary.get("coordinator_peak_rss_mib")))
+    return generate_latest(registry).decode()
+
+
+def _bytes(mib: float | None) -> float | None:
+    return None if mib is None else mib * 2**20
+
+
+def previous_success(path: str) -> float | None:
+    """The last success time recorded in an earlier metrics file, so a failed run does not erase it."""
+    try:
+        with open(path) as fh:
+            text = fh.read()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == LAST_SUCCESS:
+                    return sample.value
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def write_metrics(path: str, summary: dict | None, exit_code: int, started: float) -> None:
+    """Replace `path` atomically: the textfile collector never reads half a file."""
+    text = render(summary, exit_code, started, time.time(), previous_success(path))
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise BatchPredictError(f"cannot write metrics file {path}: {exc.strerror or exc}") from None

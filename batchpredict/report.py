@@ -1,0 +1,287 @@
+"""A self-contained HTML report of a run: counts, failures, slowest jobs, one plot per anomaly.
+
+Reads only files (the results CSV and the stats table); never imports TensorFlow.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+
+from .errors import JobError, UsageError
+from .export import write_atomic
+from .features import rolling_series
+from .job import Params, Severity, Status
+from .table import read_table
+
+log = logging.getLogger("batchpredict")
+
+PLOTS = "plots"
+SEVERITY_COLOURS = {"normal": "#2da44e", "warning": "#d29922", "critical": "#cf222e"}
+LISTED = 200  # rows per table of failures / unscored IPs; the counts above stay complete
+TEXT_COLUMNS = ["ip", "timestamp", "anomaly", "severity", "status", "error", "model"]
+FAILED = {s.value for s in Status if s.failed}
+
+
+@dataclass
+class Report:
+    path: str     # index.html
+    ips: int
+    anomalies: int
+    plots: int
+
+
+def read_results(path: str) -> tuple[pd.DataFrame, tuple[float, float]]:
+    """The results CSV with numeric columns as numbers, and the sigmas its band columns name."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise UsageError(f"results not found: {path}") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
+            PermissionError) as exc:
+        raise UsageError(f"cannot read results {path}: {type(exc).__name__}") from None
+    sigmas = tuple(float(m.group(1)) for c in frame.columns if (m := re.fullmatch(r"lower_(.+)std", c)))
+    missing = {"ip", "timestamp", "observed", "predicted", "std", "status", "severity", "duration_ms"} - set(frame)
+    if missing or len(sigmas) != 2:
+        raise UsageError(f"{path} is not a batchpredict results CSV (missing {', '.join(sorted(missing)) or 'bands'})")
+    numeric = [c for c in frame.columns if c not in TEXT_COLUMNS]
+    frame[numeric] = frame[numeric].apply(lambda col: pd.to_numeric(col, errors="coerce"))
+    return frame, (sigmas[0], sigmas[1])
+
+
+def build_report(results: str, data: str, out_dir: str, top: int = 100, params: Params = Params(),
+                 layout: str | None = None) -> Report:
+    """Write `out_dir/index.html` and `out_dir/plots/*.png` for the `top` most anomalous IPs."""
+    frame, sigmas = read_results(results)
+    series = {s.ip: s for s in read_table(data, layout)}
+    anomalous = _ranked_anomalies(frame)
+    plotted = anomalous.head(top)
+    plots_dir = os.path.join(out_dir, PLOTS)
+    os.makedirs(plots_dir, exist_ok=True)
+    for old in os.listdir(plots_dir):  # a previous report's plots would linger unlinked
+        if old.endswith(".png"):
+            os.unlink(os.path.join(plots_dir, old))
+    images: dict[str, str] = {}
+    for _, row in plotted.iterrows():
+        found = series.get(row["ip"])
+        if found is None:
+            log.warning("report: %s is not in %s; no plot", row["ip"], data)
+            continue
+        if found.labels and found.labels[-1] != row["timestamp"]:
+            log.warning("report: %s: results are for %s but %s ends at %s", row["ip"], row["timestamp"], data,
+                        found.labels[-1])
+        name = plot_name(row["ip"])
+        try:
+            plot(os.path.join(out_dir, name), row, found.labels, found.values, params, sigmas)
+        except JobError as exc:  # the table given is not the one that was scored
+            log.warning("report: %s: no plot: %s", row["ip"], exc)
+            continue
+        images[row["ip"]] = name
+    page = os.path.join(out_dir, "index.html")
+    write_atomic(page, render(frame, anomalous, images, results, _read_summary(results)))
+    return Report(page, len(frame), len(anomalous), len(images))
+
+
+def _ranked_anomalies(frame: pd.DataFrame) -> pd.DataFrame:
+    """Anomalous rows, critical first, then by distance from the prediction in σ."""
+    rows = frame[frame["anomaly"] == "true"].copy()
+    rows["z"] = (rows["observed"] - rows["predicted"]) / rows["std"].where(rows["std"] > 0)
+    rows["_rank"] = rows["severity"].map({"critical": 0, "warning": 1}).fillna(2)
+    rows["_abs"] = rows["z"].abs().fillna(np.inf)
+    return rows.sort_values(["_rank", "_abs"], ascending=[True, False], kind="stable")
+
+
+def plot_name(ip: str) -> str:
+    """A file name safe on any file system and in a URL, unique per IP."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", ip)[:80]
+    return f"{PLOTS}/{safe}-{hashlib.sha1(ip.encode()).hexdigest()[:8]}.png"
+
+
+def plot(path: str, row: pd.Series, labels: list[str], values: np.ndarray, params: Params,
+         sigmas: tuple[float, float]) -> None:
+    """Raw series, rolling mean, the prediction with its bands, the observed point by severity."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    low, high = (f"{k:g}" for k in sigmas)
+    x = np.arange(len(values))
+    smooth = rolling_series(values, params.rolling)
+    last = x[-1]
+    fig = Figure(figsize=(8, 3.2), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    start = max(params.rolling - 1, last - params.window)
+    predicted = row["predicted"]
+    ax.fill_between([start, last + 0.5], row[f"lower_{low}std"], row[f"upper_{low}std"], color="#54aeff",
+                    alpha=0.25, lw=0, label=f"{low}σ band", zorder=1)
+    ax.fill_between([start, last + 0.5], row[f"lower_{high}std"], row[f"upper_{high}std"], color="#54aeff",
+                    alpha=0.12, lw=0, label=f"{high}σ band", zorder=0)
+    ax.plot(x, values, color="#8c959f", lw=1, label="raw", zorder=2)
+    ax.plot(x[params.rolling - 1:], smooth, color="#0969da", lw=1.8, label=f"rolling mean ({params.rolling})",
+            zorder=3)
+    ax.plot([start, last + 0.5], [predicted, predicted], color="#24292f", lw=1, ls="--", zorder=4)
+    ax.plot([last], [predicted], marker="D", color="#24292f", ls="", label="predicted", zorder=5)
+    severity = row["severity"] or "normal"
+    ax.plot([last], [row["observed"]], marker="o", ms=9, color=SEVERITY_COLOURS.get(severity, "#cf222e"), ls="",
+            label=f"observed ({severity})", zorder=6)
+    ax.xaxis.set_major_locator(MaxNLocator(6, integer=True))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: labels[int(v)] if 0 <= int(v) < len(labels) else ""))
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(f"{row['ip']}  {row['timestamp']}  {severity}", fontsize=10, loc="left")
+    ax.legend(fontsize=7, loc="best", ncols=3, framealpha=0.8)
+    ax.grid(alpha=0.3)
+    fig.savefig(path)
+
+
+def _read_summary(results: str) -> dict:
+    try:
+        with open(results + ".summary.json") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
+def _fmt(value: object, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return ""
+    if isinstance(value, (float, np.floating)):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _anchor(src: str) -> str:
+    return os.path.splitext(os.path.basename(src))[0]  # plot_name() made it safe
+
+
+def _table(headers: list[str], rows: list[list[object]], css: str = "") -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _e(value: object, digits: int = 2) -> str:
+    return html.escape(_fmt(value, digits))
+
+
+def _rows_table(frame: pd.DataFrame, title: str, anchor: str, note: str) -> str:
+    if frame.empty:
+        return f'<section id="{anchor}"><h2>{title}</h2><p class="none">None.</p></section>'
+    shown = frame.head(LISTED)
+    rows = [[f'<code>{_e(r.ip)}</code>', f'<span class="status {_e(r.status)}">{_e(r.status)}</span>',
+             _e(r.error), _e(r.attempts, 0), _e(r.duration_ms, 0)] for r in shown.itertuples()]
+    more = f"<p>… and {len(frame) - LISTED} more in the CSV.</p>" if len(frame) > LISTED else ""
+    return (f'<section id="{anchor}"><h2>{title} ({len(frame)})</h2><p>{note}</p>'
+            + _table(["IP", "status", "error", "attempts", "ms"], rows) + more + "</section>")
+
+
+def render(frame: pd.DataFrame, anomalous: pd.DataFrame, images: dict[str, str], results: str,
+           summary: dict) -> str:
+    """The page: inline CSS, relative image paths, and a self-check that marks broken images."""
+    status_counts = frame["status"].value_counts()
+    severity_counts = frame["severity"].value_counts()
+    status_rows = [[f'<span class="status {s.value}">{s.value}</span>', int(status_counts.get(s.value, 0)),
+                    "failed" if s.failed else ""] for s in Status]
+    severity_rows = [[f'<span class="sev {s.value}">{s.value}</span>', int(severity_counts.get(s.value, 0))]
+                     for s in Severity]
+    failed = frame[frame["status"].isin(FAILED)]
+    unscored = frame[~frame.index.isin(failed.index) & (frame["status"] != Status.OK.value)]
+    slowest = frame.dropna(subset=["duration_ms"]).nlargest(10, "duration_ms")
+    anomaly_rows = [[f'<code>{_e(r.ip)}</code>', f'<span class="sev {_e(r.severity)}">{_e(r.severity)}</span>',
+                     _e(r.timestamp), _e(r.observed), _e(r.predicted), _e(r.std),
+                     f"{r.z:+.1f}σ" if np.isfinite(r.z) else "",
+                     f'<a href="#{_anchor(images[r.ip])}">plot</a>' if r.ip in images else ""]
+                    for r in anomalous.itertuples()]
+    figures = "".join(
+        f'<figure id="{_anchor(src)}"><img src="{_e(quote(src))}" alt="{_e(ip)}" width="800" height="320">'
+        "</figure>" for ip, src in images.items())
+    meta = [f"results <code>{_e(os.path.basename(results))}</code>", f"{len(frame)} IPs"]
+    if summary:
+        meta += [f"wall {_e(summary.get('wall_s'))} s", f"{_e(summary.get('jobs_per_s'))} jobs/s",
+                 f"peak worker RSS {_e(summary.get('worker_peak_rss_mib'), 0)} MiB"]
+    meta.append("generated " + _e(time.strftime("%Y-%m-%d %H:%M:%S %Z")))
+    not_plotted = len(anomalous) - len(images)
+    return PAGE.format(
+        title=_e(f"batchpredict report: {os.path.basename(results)}"),
+        meta=" · ".join(meta),
+        status=_table(["status", "IPs", ""], status_rows, "counts"),
+        severity=_table(["severity", "IPs"], severity_rows, "counts"),
+        anomalies=(_table(["IP", "severity", "timestamp", "observed", "predicted", "std", "distance", ""],
+                          anomaly_rows) if anomaly_rows else '<p class="none">None.</p>'),
+        not_plotted=f"<p>{not_plotted} more anomalous IPs without a plot (<code>--top</code>).</p>"
+        if not_plotted > 0 else "",
+        count=len(anomalous), figures=figures,
+        failures=_rows_table(failed, "Failures", "failures", "Jobs that failed; the run exits 1 when there are any."),
+        unscored=_rows_table(unscored, "Not scored", "unscored", "Answers rather than failures: missing artefacts, "
+                                                                 "too little data, invalid ids."),
+        slowest=_table(["IP", "status", "ms", "worker peak RSS MiB", "attempts"],
+                       [[f"<code>{_e(r.ip)}</code>", _e(r.status), _e(r.duration_ms, 0),
+                         _e(r.worker_peak_rss_mib, 0), _e(r.attempts, 0)] for r in slowest.itertuples()]))
+
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<script>
+window.reportErrors = [];
+window.onerror = function (message) {{ window.reportErrors.push(String(message)); }};
+window.addEventListener("load", function () {{
+  var broken = [], images = document.images;
+  for (var i = 0; i < images.length; i++) {{
+    if (!(images[i].complete && images[i].naturalWidth > 0)) broken.push(images[i].getAttribute("src"));
+  }}
+  var body = document.body;
+  body.setAttribute("data-images", String(images.length));
+  body.setAttribute("data-broken-images", broken.join(" "));
+  body.setAttribute("data-images-ok", broken.length ? "false" : "true");
+  body.setAttribute("data-js-errors", String(window.reportErrors.length));
+  if (broken.length) {{
+    var warn = document.createElement("p");
+    warn.className = "broken";
+    warn.textContent = broken.length + " plot(s) missing next to this page: " + broken.join(", ");
+    body.insertBefore(warn, body.firstChild);
+  }}
+}});
+</script>
+<style>
+body {{ font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto; max-width: 1100px;
+       padding: 0 16px; color: #1f2328; }}
+h1 {{ font-size: 22px; margin-bottom: 4px; }} h2 {{ font-size: 17px; margin-top: 28px; }}
+.meta {{ color: #59636e; }} .none {{ color: #59636e; font-style: italic; }}
+table {{ border-collapse: collapse; margin: 8px 0; }}
+th, td {{ border-bottom: 1px solid #d1d9e0; padding: 4px 10px; text-align: left; vertical-align: top; }}
+th {{ background: #f6f8fa; }} td {{ font-variant-numeric: tabular-nums; }}
+.overview {{ display: flex; gap: 40px; flex-wrap: wrap; }}
+.status, .sev {{ padding: 1px 6px; border-radius: 4px; background: #eaeef2; }}
+.status.ok, .sev.normal {{ background: #dafbe1; }} .sev.warning {{ background: #fff8c5; }}
+.sev.critical, .status.load_error, .status.timeout, .status.crashed, .status.memory_exceeded, .status.error
+  {{ background: #ffebe9; }}
+figure {{ margin: 16px 0; }} figure img {{ max-width: 100%; height: auto; border: 1px solid #d1d9e0; }}
+.broken {{ background: #ffebe9; padding: 8px; border: 1px solid #cf222e; }}
+</style>
+</head>
+<body>
+<h1>batchpredict report</h1>
+<p class="meta">{meta}</p>
+<section id="summary" class="overview">
+<div><h2>IPs per status</h2>{status}</div>
+<div><h2>Severity</h2>{severity}</div>
+</section>
+<section id="anomalies"><h2>Anomalies ({count})</h2>{anomalies}{not_plotted}{figures}</section>
+{failures}
+{unscored}
+<section id="slowest"><h2>Slowest jobs</h2>{slowest}</section>
+</body>
+</html>
+"""

@@ -1,0 +1,72 @@
+"""The Prometheus textfile: parsed by prometheus-client's own parser, checked against the CSV."""
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from batchpredict.job import Status
+from batchpredict.metrics import render, write_metrics
+from conftest import read_out, run_cli
+
+
+def samples(text: str) -> dict:
+    """{(name, labels as sorted tuple): value}."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_counts_equal_the_csv(every_status_run):
+    run = every_status_run
+    frame = read_out(run.out)
+    found = samples(run.metrics.read_text())
+    statuses = frame["status"].value_counts()
+    assert set(statuses.index) == {s.value for s in Status}  # the run really has every status
+    for status in Status:
+        assert found[("batchpredict_ips", (("status", status.value),))] == statuses[status.value]
+    severities = frame["severity"].value_counts()
+    for severity in ("warning", "critical"):
+        assert found[("batchpredict_anomalies", (("severity", severity),))] == severities[severity] >= 1
+    assert found[("batchpredict_last_run_success", ())] == 0
+    assert found[("batchpredict_last_run_exit_code", ())] == 1
+    assert ("batchpredict_last_success_timestamp_seconds", ()) not in found  # never succeeded
+    assert time.time() - 600 < found[("batchpredict_last_run_timestamp_seconds", ())] <= time.time()
+    assert 0 < found[("batchpredict_last_run_duration_seconds", ())] < 600
+    assert found[("batchpredict_jobs_per_second", ())] > 0
+    assert found[("batchpredict_worker_peak_rss_bytes", ())] == pytest.approx(
+        frame["worker_peak_rss_mib"].max() * 2**20, rel=1e-3)
+    assert found[("batchpredict_worker_peak_rss_bytes", ())] > 2**30  # the hog's, caught over the 1 GiB cap
+    assert sorted(p.name for p in run.metrics.parent.iterdir() if p.name.startswith(".")) == []  # no temp left
+
+
+def test_a_failed_run_keeps_the_last_success_time(tmp_path):
+    path = tmp_path / "m.prom"
+    summary = {"status": {"ok": 3}, "severity": {"normal": 3}, "jobs_per_s": 2.0, "jobs_run": 3,
+               "worker_peak_rss_mib": 300.0, "coordinator_peak_rss_mib": 80.0}
+    write_metrics(str(path), summary, 0, time.time() - 5)
+    first = samples(path.read_text())
+    success = first[("batchpredict_last_success_timestamp_seconds", ())]
+    assert first[("batchpredict_last_run_success", ())] == 1 and success == first[
+        ("batchpredict_last_run_timestamp_seconds", ())]
+    write_metrics(str(path), None, 75, time.time())
+    second = samples(path.read_text())
+    assert second[("batchpredict_last_success_timestamp_seconds", ())] == success
+    assert second[("batchpredict_last_run_success", ())] == 0 and second[("batchpredict_last_run_exit_code", ())] == 75
+    assert not [k for k in second if k[0] == "batchpredict_ips"]  # no counts from a run that produced none
+
+
+def test_unset_peak_is_left_out_not_zero():
+    text = render({"status": {"no_model": 1}, "severity": {}, "jobs_per_s": None, "jobs_run": 0,
+                   "worker_peak_rss_mib": None, "coordinator_peak_rss_mib": 70.0}, 0, 0.0, 1.0)
+    found = samples(text)
+    assert ("batchpredict_worker_peak_rss_bytes", ()) not in found
+    assert found[("batchpredict_ips", (("status", "no_model"),))] == 1
+
+
+def test_unreadable_table_exits_2_and_says_so_in_the_metrics(store, tmp_path):
+    metrics = tmp_path / "m" / "b.prom"
+    done = run_cli("predict", "--data", tmp_path / "missing.csv", "--models", store, "--out", tmp_path / "a.csv",
+                   "--metrics-file", metrics)
+    assert done.returncode == 2 and "table not found" in done.stderr
+    found = samples(metrics.read_text())
+    assert found[("batchpredict_last_run_success", ())] == 0 and found[("batchpredict_last_run_exit_code", ())] == 2
+    assert not (tmp_path / "a.csv").exists()
