@@ -93,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="only these IPs, comma-separated")
     add_run_options(train)
     train.set_defaults(func=cmd_train, timeout=1800.0)
+
+    store = commands.add_parser("store", help="inspect a model store")
+    store_commands = store.add_subparsers(dest="store_command", required=True)
+    check = store_commands.add_parser("check", help="list every IP's artefacts, format, Keras version and "
+                                                    "timesteps, loading each model in a worker; no prediction")
+    check.add_argument("--models", required=True, help="model store folder")
+    add_run_options(check)
+    check.set_defaults(func=cmd_store_check)
     return parser
 
 
@@ -126,6 +134,21 @@ def cmd_train(args: argparse.Namespace) -> int:
             log.warning("%s: %s: %s", r.ip, r.status.value, r.error)
     print(f"batchpredict train: {len(results)} IPs -> {args.models}: {_counts(counts)}", file=sys.stderr)
     return 0 if counts.get("ok", 0) == len(results) else 1
+
+
+def cmd_store_check(args: argparse.Namespace) -> int:
+    from .coordinator import RunOptions
+    from .inspection import COLUMNS, check_store, format_table, report_rows
+
+    rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,
+                                               max_worker_memory_mib=args.max_worker_memory, retries=args.retries))
+    print(format_table(COLUMNS, report_rows(rows, args.window)))
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status.value] = counts.get(row.status.value, 0) + 1
+    print(f"batchpredict store check: {len(rows)} IPs in {args.models}: {_counts(counts) or 'none found'}",
+          file=sys.stderr)
+    return 0 if rows and counts.get("ok", 0) == len(rows) else 1
 
 
 def _counts(counts: dict[str, int]) -> str:
