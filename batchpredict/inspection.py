@@ -104,7 +104,8 @@ def _plan(store: Store, ip: str) -> tuple[CheckResult, CheckTask | None]:
             row.problems.append(str(exc))
             statuses.append(Status(exc.status))
     # A file that exists but cannot be used is worse than one that is missing.
-    row.status = next((s for s in (Status.INVALID_INPUT, Status.LOAD_ERROR, Status.NO_MODEL) if s in statuses), Status.OK)
+    row.status = next((s for s in (Status.INVALID_INPUT, Status.LOAD_ERROR, Status.NO_MODEL) if s in statuses),
+                      Status.OK)
     row.model = found.get("model", "")
     return row, CheckTask(ip, store.root, row.model, found.get("scaler")) if row.model else None
 

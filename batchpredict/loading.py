@@ -162,36 +162,36 @@ def _load_saved_model(path: str) -> tuple[Callable, tuple, str]:
     import tensorflow as tf
 
     loaded = tf.saved_model.load(path)
-    entry, function, named = _entry_point(loaded)
-    specs = named if named is not None else dict(enumerate(function.concrete_functions[0].structured_input_signature[0]))
+    entry, function, specs, by_name = _entry_point(loaded)
     shape = _one_input([getattr(spec, "shape", spec) for spec in specs.values()])
     (key, spec), = specs.items()
 
     def predict(x: np.ndarray) -> np.ndarray:
         tensor = tf.constant(x, dtype=spec.dtype)
-        outputs = function(**{key: tensor}) if named is not None else function(tensor)
+        outputs = function(**{key: tensor}) if by_name else function(tensor)
         return tf.nest.flatten(outputs)[0].numpy()
 
     predict.keepalive = loaded  # a signature does not own the variables it reads
     return predict, shape, entry
 
 
-def _entry_point(loaded: Any) -> tuple[str, Callable, dict | None]:
-    """(what is called, the function, its named inputs or None for positional ones).
+def _entry_point(loaded: Any) -> tuple[str, Callable, dict, bool]:
+    """(what is called, the function, its input specs, whether they are passed by name).
 
     Keras 2 `model.save(dir)`, Keras 3 `export()` and `tf.saved_model.save(keras_model)` write a
     `serving_default` signature; a plain tf.Module may name its one signature anything, or have
     none but a traced `__call__`.
     """
     signatures = dict(loaded.signatures)
-    name = "serving_default" if "serving_default" in signatures else next(iter(signatures)) if len(signatures) == 1 else None
-    if name:
-        return f"signature {name}", signatures[name], signatures[name].structured_input_signature[1]
+    if len(signatures) > 1 and "serving_default" not in signatures:
+        raise JobError(Status.LOAD_ERROR, "no serving_default signature, and several others: "
+                                          + ", ".join(sorted(signatures)))
     if signatures:
-        raise JobError(Status.LOAD_ERROR, f"no serving_default signature, and several others: {', '.join(sorted(signatures))}")
+        name = "serving_default" if "serving_default" in signatures else next(iter(signatures))
+        return f"signature {name}", signatures[name], signatures[name].structured_input_signature[1], True
     call = getattr(loaded, "__call__", None)
     if len(getattr(call, "concrete_functions", ())) == 1:
-        return "__call__", call, None
+        return "__call__", call, dict(enumerate(call.concrete_functions[0].structured_input_signature[0])), False
     raise JobError(Status.LOAD_ERROR, "no signature, and no __call__ traced exactly once, to call")
 
 

@@ -107,7 +107,8 @@ def base_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return store
 
 
-# A mixed store: ip -> (storegen format, timesteps the model declares; None: variable, fed --window)
+# A mixed store: ip -> (storegen format, timesteps the model declares; None: variable, fed --window).
+# Each is an LSTM; the .keras one starts with a Lambda layer, which Keras' safe_mode would refuse.
 FORMATS = {
     "10.4.0.1": ("h5", 20),
     "10.4.0.2": ("keras", 20),
@@ -138,7 +139,8 @@ def formats_store(tmp_path_factory):
         scaler = SCALERS[i % len(SCALERS)]().fit(series_for(ip).reshape(-1, 1))
         write_scaler(store, ip, scaler)
         inputs, _ = split_window(series_for(ip), 5, window or 20)
-        items.append({"ip": ip, "kind": "lstm", "format": fmt, "window": window, "seed": i,
+        items.append({"ip": ip, "kind": "lambda-lstm" if fmt == "keras" else "lstm", "format": fmt, "window": window,
+                      "seed": i,
                       "input": scaler.transform(inputs.reshape(-1, 1)).ravel().tolist()})
     for ip, (made, _) in BROKEN.items():
         write_scaler(store, ip, MinMaxScaler().fit([[0.0], [1.0]]))

@@ -8,6 +8,7 @@ SPEC: {"store": DIR, "refs": JSON (optional), "models": [{"ip": .., "kind": .., 
 
 kind: `linear` is Flatten -> Dense(1) with the given weights, so the tests can compute its
 prediction in numpy, independently of TensorFlow; `lstm` is the production architecture, seeded;
+`lambda-lstm` puts a Lambda layer (a Python lambda, refused by Keras' safe_mode) before it;
 `nan` predicts NaN; `flat` takes (window,) instead of (window, 1).
 
 format, each written by the runtime people used for it:
@@ -42,6 +43,8 @@ def keras_model(kx, item: dict):  # noqa: ANN001, ANN201 - kx is keras or tf_ker
     kx.utils.set_random_seed(item.get("seed", 0))
     if item["kind"] == "lstm":
         layers = [kx.layers.LSTM(16, return_sequences=True, **first), kx.layers.LSTM(8), kx.layers.Dense(1)]
+    elif item["kind"] == "lambda-lstm":
+        layers = [kx.layers.Lambda(lambda x: 2.0 * x - 1.0, **first), kx.layers.LSTM(8), kx.layers.Dense(1)]
     elif item["kind"] == "flat":
         layers = [kx.layers.Dense(1, **first)]
     else:
@@ -82,7 +85,8 @@ def save(item: dict, folder: str):  # noqa: ANN201
         import tensorflow as tf
 
         module, forward = tf_module(item, fmt == "tf-module")
-        tf.saved_model.save(module, os.path.join(folder, ip), signatures={"predict": module.predict} if fmt == "tf-module" else None)
+        signatures = {"predict": module.predict} if fmt == "tf-module" else None
+        tf.saved_model.save(module, os.path.join(folder, ip), signatures=signatures)
         return forward
     if fmt.startswith("keras2"):
         import tf_keras as kx
@@ -94,7 +98,8 @@ def save(item: dict, folder: str):  # noqa: ANN201
     elif fmt == "keras3-export":
         model.export(os.path.join(folder, ip), verbose=False)
     else:
-        suffix = {"keras2-h5": ".h5", "keras2-keras": ".keras", "keras2-savedmodel": "", "h5": ".h5", "keras": ".keras"}[fmt]
+        suffix = {"h5": ".h5", "keras": ".keras", "keras2-h5": ".h5", "keras2-keras": ".keras",
+                  "keras2-savedmodel": ""}[fmt]
         model.save(os.path.join(folder, ip + suffix))
     return model
 

@@ -108,7 +108,8 @@ def real_store(tmp_path_factory):
             write_scaler(store, ip, MinMaxScaler().fit(data[ip].reshape(-1, 1)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the real scaler's version and feature-name warnings
-            x = joblib.load(store / "sc" / f"{ip}.save").transform(split_window(data[ip], 5, window or 20)[0].reshape(-1, 1))
+            inputs = split_window(data[ip], 5, window or 20)[0]
+            x = joblib.load(store / "sc" / f"{ip}.save").transform(inputs.reshape(-1, 1))
         references.append({"key": ip, "path": str(REAL / name), "runtime": runtime, "input": x.ravel().tolist()})
     write_stds(store, {ip: 1.0 for ip in data})
     return store, wide_table(tmp / "t.csv", data), build_models(store, [], references)
