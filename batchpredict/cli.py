@@ -117,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--rolling", type=positive_int, default=5)
     add_log_options(report)
     report.set_defaults(func=cmd_report)
+
+    store = commands.add_parser("store", help="inspect a model store")
+    store_commands = store.add_subparsers(dest="store_command", required=True)
+    check = store_commands.add_parser("check", help="list every IP's artefacts, format, Keras version and "
+                                                    "timesteps, loading each model in a worker; no prediction")
+    check.add_argument("--models", required=True, help="model store folder")
+    add_run_options(check)
+    check.set_defaults(func=cmd_store_check)
     return parser
 
 
@@ -175,6 +183,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     logs.final.info(f"batchpredict train: {len(results)} IPs -> {args.models}: {_counts(counts)}",
                     extra={"fields": {"event": "summary", "ips": len(results), "status": counts}})
     return 0 if counts.get("ok", 0) == len(results) else 1
+
+
+def cmd_store_check(args: argparse.Namespace) -> int:
+    from .coordinator import RunOptions
+    from .inspection import COLUMNS, check_store, format_table, report_rows
+
+    rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,
+                                               max_worker_memory_mib=args.max_worker_memory, retries=args.retries))
+    print(format_table(COLUMNS, report_rows(rows, args.window)))
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status.value] = counts.get(row.status.value, 0) + 1
+    print(f"batchpredict store check: {len(rows)} IPs in {args.models}: {_counts(counts) or 'none found'}",
+          file=sys.stderr)
+    return 0 if rows and counts.get("ok", 0) == len(rows) else 1
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -103,6 +103,8 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
         for result in executor.run(run_job, jobs):
             for line in result.log:
                 log.info(line)
+            for line in result.debug:
+                log.debug(line)
             results[result.ip] = result
             if journal:
                 journal.append(result)

@@ -67,7 +67,8 @@ class Result(Outcome):
     anomaly: bool | None = None
     severity: Severity | None = None
     model: str = ""
-    log: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)    # the coordinator logs these at INFO
+    debug: list[str] = field(default_factory=list)  # and these at DEBUG (-v)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,28 +1,59 @@
 """Turns any model artefact of DESIGN §1 into a predict function, in the worker process.
 
-The runtime is chosen from the file itself: Keras 2 HDF5 files go to `tf_keras` (Keras 3 cannot
-read their LSTM configs), Keras 3 files to `keras`, SavedModel directories to their serving
-signature. TensorFlow is imported here lazily: the coordinator imports this module's callers only.
+The runtime is chosen from the file itself, never from its name: Keras 2 files (HDF5 or `.keras`
+whose `keras_version` is 2.x, or HDF5 without one) go to `tf_keras`, the Keras 2 runtime, because
+Keras 3 cannot read their LSTM configs; Keras 3 files go to `keras`; SavedModel directories are
+called through their serving signature. TensorFlow is imported here lazily, in the worker only.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import warnings
+import zipfile
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from .errors import JobError
 from .job import Status
 
+_KERAS_VERSION = re.compile(rb'"keras_version":\s*"([^"]+)"')
+
+
+@dataclass(frozen=True)
+class ModelFormat:
+    kind: str           # "h5", "keras" or "savedmodel"
+    keras_version: str  # as the artefact states it, "" when it does not
+    runtime: str        # "tf_keras", "keras" or "tf.saved_model"
+
+    def __str__(self) -> str:
+        return f"{self.kind} keras_version={self.keras_version or 'none'} via {self.runtime}"
+
 
 @dataclass
 class LoadedModel:
     predict: Callable[[np.ndarray], np.ndarray]
     window: int | None  # timesteps the model declares, None when variable
-    format: str
-    keras_version: str
+    format: ModelFormat
+    entry: str = ""     # what a SavedModel is called through: its signature or its __call__
+
+
+@dataclass
+class LoadedScaler:
+    scaler: Any
+    note: str  # its class and the scikit-learn version that pickled it, for the debug log
+
+    def transform(self, column: np.ndarray) -> np.ndarray:
+        with _feature_names_quiet():
+            return np.asarray(self.scaler.transform(column.reshape(-1, 1)), dtype=float)
+
+    def inverse_transform(self, rows: np.ndarray) -> np.ndarray:
+        with _feature_names_quiet():
+            return np.asarray(self.scaler.inverse_transform(rows), dtype=float)
 
 
 def first_line(exc: BaseException) -> str:
@@ -30,69 +61,84 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
-def describe(path: str) -> tuple[str, str]:
-    """(format, keras_version) of an artefact, read without loading it."""
-    if os.path.isdir(path):
-        return "savedmodel", _saved_model_keras_version(path)
-    if path.endswith(".keras"):
-        return "keras", _zip_keras_version(path)
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as h5:
-            version = h5.attrs.get("keras_version", "")
-            has_config = "model_config" in h5.attrs
-    except OSError as exc:
-        raise JobError(Status.LOAD_ERROR, f"{path}: not a readable HDF5 file ({first_line(exc)})") from None
-    version = version.decode() if isinstance(version, bytes) else str(version)
-    if not has_config:
-        raise JobError(Status.LOAD_ERROR, f"{path}: weights-only HDF5 (no model config, keras_version "
-                                          f"{version or 'unknown'}); save the whole model with model.save()")
-    return "h5", version
-
-
-def _zip_keras_version(path: str) -> str:
-    import json
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as zf:
-            return json.loads(zf.read("metadata.json")).get("keras_version", "")
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return ""
-
-
-def _saved_model_keras_version(path: str) -> str:
-    metadata = os.path.join(path, "keras_metadata.pb")
-    return "2" if os.path.exists(metadata) else ""
-
-
 def is_keras2(version: str) -> bool:
     """Keras 2 wrote '2.x', '2.x.y-tf' or, before 2.1, nothing."""
     return not version or version.startswith("2.")
 
 
-def load_model(path: str) -> LoadedModel:
-    fmt, version = describe(path)
-    runtime = "tf.saved_model" if fmt == "savedmodel" else "tf_keras" if fmt == "h5" and is_keras2(version) else "keras"
+def describe(path: str) -> ModelFormat:
+    """The artefact's format, Keras version and runtime, read without loading it."""
+    if os.path.isdir(path):
+        return ModelFormat("savedmodel", _saved_model_keras_version(path), "tf.saved_model")
+    if zipfile.is_zipfile(path):
+        version = _zip_keras_version(path)
+        # A `.keras` zip without a version is Keras 3's; tf_keras 2.13+ wrote '2.x' in its own.
+        return ModelFormat("keras", version, "tf_keras" if version.startswith("2.") else "keras")
+    import h5py
+
+    name = os.path.basename(path)
     try:
-        if fmt == "savedmodel":
-            predict, shape = _load_saved_model(path)
+        with h5py.File(path, "r") as h5:
+            version = h5.attrs.get("keras_version", "")
+            has_config = "model_config" in h5.attrs
+    except OSError as exc:
+        raise JobError(Status.LOAD_ERROR, f"{name}: neither HDF5 nor a .keras zip ({first_line(exc)})") from None
+    version = version.decode() if isinstance(version, bytes) else str(version)
+    if not has_config:
+        raise JobError(Status.LOAD_ERROR, f"{name}: weights-only HDF5 (no model config, keras_version "
+                                          f"{version or 'none'}); save the whole model with model.save()")
+    return ModelFormat("h5", version, "tf_keras" if is_keras2(version) else "keras")
+
+
+def _zip_keras_version(path: str) -> str:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return str(json.loads(zf.read("metadata.json")).get("keras_version", ""))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return ""
+
+
+def _saved_model_keras_version(path: str) -> str:
+    """Keras 2 `model.save(dir)` records its version: in keras_metadata.pb since TF 2.5, before in the graph."""
+    for name in ("keras_metadata.pb", "saved_model.pb"):
+        try:
+            with open(os.path.join(path, name), "rb") as fh:
+                found = _KERAS_VERSION.search(fh.read())
+        except OSError:
+            continue
+        if found:
+            return found.group(1).decode(errors="replace")
+    return ""
+
+
+def load_model(path: str) -> LoadedModel:
+    """The artefact as a predict function; JobError(load_error) saying what was tried otherwise."""
+    fmt = describe(path)
+    what = f"{os.path.basename(path)}: {fmt}"
+    try:
+        if fmt.runtime == "tf.saved_model":
+            predict, shape, entry = _load_saved_model(path)
         else:
-            predict, shape = _load_keras(path, runtime)
-    except JobError:
-        raise
+            (predict, shape), entry = _load_keras(path, fmt.runtime), ""
+    except JobError as exc:
+        raise JobError(exc.status, f"{what}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any loader failure is this IP's load_error
-        raise JobError(Status.LOAD_ERROR, f"{os.path.basename(path)}: {fmt} keras_version={version or 'none'} "
-                                          f"via {runtime}: {first_line(exc)}") from None
-    return LoadedModel(predict, _window_of(path, shape), fmt, version)
+        raise JobError(Status.LOAD_ERROR, f"{what}: {first_line(exc)}") from None
+    return LoadedModel(predict, _window_of(what, shape), fmt, entry)
 
 
-def _window_of(path: str, shape: tuple) -> int | None:
+def _window_of(what: str, shape: tuple) -> int | None:
     if len(shape) != 3 or shape[2] != 1:
-        raise JobError(Status.LOAD_ERROR, f"{os.path.basename(path)}: input shape {tuple(shape)} is not "
-                                          "(batch, timesteps, 1); batchpredict feeds one feature per step")
+        raise JobError(Status.LOAD_ERROR, f"{what}: input shape {shape} is not (batch, timesteps, 1); "
+                                          "batchpredict feeds one feature per step")
     return int(shape[1]) if shape[1] is not None else None
+
+
+def _one_input(shapes: list) -> tuple:
+    if len(shapes) != 1:
+        raise JobError(Status.LOAD_ERROR, f"the model takes {len(shapes)} inputs {shapes}; "
+                                          "batchpredict feeds one (batch, timesteps, 1) window")
+    return tuple(shapes[0])
 
 
 def _load_keras(path: str, runtime: str) -> tuple[Callable, tuple]:
@@ -102,39 +148,82 @@ def _load_keras(path: str, runtime: str) -> tuple[Callable, tuple]:
         import keras as kx
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = kx.models.load_model(path, compile=False)
-    shape = model.inputs[0].shape if getattr(model, "inputs", None) else model.input_shape
+        # The store is trusted code (DESIGN §1: its pickles run on load), so safe_mode would
+        # only refuse the Lambda layers some real models have, and protect nothing.
+        model = kx.models.load_model(path, compile=False, safe_mode=False)
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise JobError(Status.LOAD_ERROR, "the model declares no input (a subclassed model saved unbuilt?)")
     # One window per process: a plain call is cheaper than predict(), which builds a tf.function.
-    return (lambda x: np.asarray(model(x, training=False))), tuple(shape)
+    return (lambda x: np.asarray(model(x, training=False))), _one_input([tuple(t.shape) for t in inputs])
 
 
-def _load_saved_model(path: str) -> tuple[Callable, tuple]:
+def _load_saved_model(path: str) -> tuple[Callable, tuple, str]:
     import tensorflow as tf
 
     loaded = tf.saved_model.load(path)
-    signature = loaded.signatures.get("serving_default")
-    if signature is None:
-        raise JobError(Status.LOAD_ERROR, f"{os.path.basename(path)}: SavedModel has no serving_default signature")
-    (name, spec), = signature.structured_input_signature[1].items()
+    entry, function, specs, by_name = _entry_point(loaded)
+    shape = _one_input([getattr(spec, "shape", spec) for spec in specs.values()])
+    (key, spec), = specs.items()
 
     def predict(x: np.ndarray) -> np.ndarray:
-        outputs = signature(**{name: tf.constant(x, dtype=spec.dtype)})
-        return next(iter(outputs.values())).numpy()
+        tensor = tf.constant(x, dtype=spec.dtype)
+        outputs = function(**{key: tensor}) if by_name else function(tensor)
+        return tf.nest.flatten(outputs)[0].numpy()
 
-    predict.keepalive = loaded  # the signature does not own its variables
-    return predict, tuple(spec.shape)
+    predict.keepalive = loaded  # a signature does not own the variables it reads
+    return predict, shape, entry
 
 
-def load_scaler(path: str) -> Any:
+def _entry_point(loaded: Any) -> tuple[str, Callable, dict, bool]:
+    """(what is called, the function, its input specs, whether they are passed by name).
+
+    Keras 2 `model.save(dir)`, Keras 3 `export()` and `tf.saved_model.save(keras_model)` write a
+    `serving_default` signature; a plain tf.Module may name its one signature anything, or have
+    none but a traced `__call__`.
+    """
+    signatures = dict(loaded.signatures)
+    if len(signatures) > 1 and "serving_default" not in signatures:
+        raise JobError(Status.LOAD_ERROR, "no serving_default signature, and several others: "
+                                          + ", ".join(sorted(signatures)))
+    if signatures:
+        name = "serving_default" if "serving_default" in signatures else next(iter(signatures))
+        return f"signature {name}", signatures[name], signatures[name].structured_input_signature[1], True
+    call = getattr(loaded, "__call__", None)
+    if len(getattr(call, "concrete_functions", ())) == 1:
+        return "__call__", call, dict(enumerate(call.concrete_functions[0].structured_input_signature[0])), False
+    raise JobError(Status.LOAD_ERROR, "no signature, and no __call__ traced exactly once, to call")
+
+
+def load_scaler(path: str) -> LoadedScaler:
     import joblib
+    import sklearn
+    from sklearn.exceptions import InconsistentVersionWarning
 
+    name = os.path.basename(path)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # recorded, never shown: the debug log says which version
             scaler = joblib.load(path)
     except Exception as exc:  # noqa: BLE001 - a pickle can raise anything
-        raise JobError(Status.LOAD_ERROR, f"scaler {os.path.basename(path)}: {first_line(exc)}") from None
+        raise JobError(Status.LOAD_ERROR, f"scaler {name}: {first_line(exc)}") from None
     if not (hasattr(scaler, "transform") and hasattr(scaler, "inverse_transform")):
-        raise JobError(Status.LOAD_ERROR, f"scaler {os.path.basename(path)} is a {type(scaler).__name__}, "
+        raise JobError(Status.LOAD_ERROR, f"scaler {name} is a {type(scaler).__name__}, "
                                           "without transform/inverse_transform")
-    return scaler
+    if isinstance(scaler, sklearn.base.BaseEstimator):
+        pickled = sorted({w.message.original_sklearn_version for w in caught
+                          if isinstance(w.message, InconsistentVersionWarning)})
+        note = (f"{type(scaler).__name__} pickled with scikit-learn {', '.join(pickled)} (running {sklearn.__version__})"
+                if pickled else f"{type(scaler).__name__} pickled with scikit-learn {sklearn.__version__}")
+    else:
+        note = f"{type(scaler).__module__}.{type(scaler).__name__} (not a scikit-learn estimator)"
+    return LoadedScaler(scaler, f"scaler {name}: {note}")
+
+
+@contextlib.contextmanager
+def _feature_names_quiet() -> Iterator[None]:
+    """A scaler fitted on a DataFrame warns about the bare arrays the window is; they are right."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="X does not have valid feature names")
+        warnings.filterwarnings("ignore", message="X has feature names")
+        yield

@@ -50,23 +50,49 @@ class Store:
                 found.append(rel)
         return found
 
-    def artefacts(self, ip: str) -> Artefacts:
-        """The IP's artefacts, or JobError with the row's status (invalid_input, no_model, load_error)."""
-        self.check_ip(ip)
+    def model(self, ip: str) -> str:
+        """The IP's one model artefact relative to the store, or JobError: no_model, or load_error when ambiguous."""
         models = self.model_candidates(ip)
         if len(models) > 1:
             raise JobError(Status.LOAD_ERROR, f"ambiguous model: {' and '.join(models)} both exist; keep one")
         if not models:
             raise JobError(Status.NO_MODEL, f"no model in model/ ({ip}.h5, {ip}.keras or {ip}/saved_model.pb)")
-        scaler = os.path.join("sc", ip + ".save")
-        if not os.path.isfile(self._inside(scaler)):
-            raise JobError(Status.NO_MODEL, f"no scaler {scaler}")
+        return models[0]
+
+    def scaler(self, ip: str) -> str:
+        """The IP's scaler relative to the store, or JobError(no_model)."""
+        rel = os.path.join("sc", ip + ".save")
+        if not os.path.isfile(self._inside(rel)):
+            raise JobError(Status.NO_MODEL, f"no scaler {rel}")
+        return rel
+
+    def std(self, ip: str) -> float:
+        """The IP's std.json entry, or JobError: no_model when missing, load_error when not a number."""
         if ip not in self.stds:
             raise JobError(Status.NO_MODEL, "no entry in std/std.json")
         std = self.stds[ip]
         if isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std < 0:
             raise JobError(Status.LOAD_ERROR, f"std/std.json entry is not a finite non-negative number: {std!r}")
-        return Artefacts(models[0], scaler, float(std))
+        return float(std)
+
+    def artefacts(self, ip: str) -> Artefacts:
+        """The IP's artefacts, or JobError with the row's status (invalid_input, no_model, load_error)."""
+        self.check_ip(ip)
+        return Artefacts(self.model(ip), self.scaler(ip), self.std(ip))
+
+    def ips(self) -> list[str]:
+        """Every id the store mentions: model/ entries, sc/*.save and std.json keys, sorted."""
+        names = set(map(str, self.stds))
+        for folder, suffixes in (("model", MODEL_SUFFIXES), ("sc", (".save",))):
+            path = os.path.join(self.root, folder)
+            for entry in os.listdir(path) if os.path.isdir(path) else []:
+                if entry.startswith("."):  # staging files of a training run
+                    continue
+                if entry.endswith(suffixes):
+                    names.add(os.path.splitext(entry)[0])
+                elif folder == "model" and os.path.isdir(os.path.join(path, entry)):
+                    names.add(entry)
+        return sorted(names)
 
 
 def _read_stds(path: str) -> dict:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 
 import numpy as np
 
@@ -29,18 +28,19 @@ def run_job(job: Job) -> Result:
 def _score(job: Job, result: Result) -> None:
     params = job.params
     scaler = load_scaler(os.path.join(job.store, job.scaler))
+    result.debug.append(f"{job.ip}: {scaler.note}")
     model = load_model(os.path.join(job.store, job.model))
+    result.debug.append(f"{job.ip}: {job.model}: {model.format}{' ' + model.entry if model.entry else ''}, "
+                        f"timesteps {model.window or 'variable'}")
     window = params.window
     if model.window is not None and model.window != window:
         result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")
         window = model.window
     inputs, observed = split_window(np.asarray(job.values, dtype=float), params.rolling, window)
     result.observed = observed
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # fitted-with-feature-names and version warnings
-        x = scaler.transform(inputs.reshape(-1, 1)).reshape(1, window, 1).astype(np.float32)
-        raw = np.asarray(model.predict(x), dtype=float).reshape(1, -1)
-        predicted = float(scaler.inverse_transform(raw)[0, 0])
+    x = scaler.transform(inputs).reshape(1, window, 1).astype(np.float32)
+    raw = np.asarray(model.predict(x), dtype=float).reshape(1, -1)
+    predicted = float(scaler.inverse_transform(raw)[0, 0])
     if not math.isfinite(predicted):
         raise JobError(Status.ERROR, f"model returned {predicted} for a finite window")
     result.predicted = predicted

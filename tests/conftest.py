@@ -14,10 +14,14 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.preprocessing import MinMaxScaler
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+from batchpredict.features import split_window
 
 HERE = Path(__file__).parent
-SHARED = HERE.parent.parent / "shared"
+# The team's shared folder beside the repo; BATCHPREDICT_SHARED points elsewhere (e.g. from a worktree).
+SHARED = Path(os.environ.get("BATCHPREDICT_SHARED") or HERE.parent.parent / "shared")
 BASE_IPS = [f"10.1.0.{i}" for i in range(1, 11)] + ["2001:db8::7", "host-a.example"]
 
 
@@ -53,13 +57,19 @@ def weights_for(ip: str, window: int = 20) -> list[float]:
     return (w / w.sum()).tolist()
 
 
-def build_models(store: Path, models: list[dict]) -> None:
+def build_models(store: Path, models: list[dict], references: list[dict] = ()) -> dict[str, float]:
+    """Saves each model with its runtime (tests/storegen.py); returns the in-process predictions of
+    every item with an "input" window and of every reference (see storegen's docstring)."""
     store.mkdir(parents=True, exist_ok=True)
-    spec = store / "spec.json"
-    spec.write_text(json.dumps({"store": str(store), "models": models}))
+    spec, refs = store / "spec.json", store / "refs.json"
+    spec.write_text(json.dumps({"store": str(store), "models": models, "references": list(references),
+                                "refs": str(refs)}))
     subprocess.run([sys.executable, str(HERE / "storegen.py"), str(spec)], check=True, timeout=300,
                    capture_output=True)
     spec.unlink()
+    predictions = json.loads(refs.read_text())
+    refs.unlink()
+    return predictions
 
 
 def write_scaler(store: Path, ip: str, obj: object) -> None:
@@ -96,6 +106,51 @@ def base_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_scaler(store, ip, fitted_scaler(series_for(ip)))
     write_stds(store, {ip: 1.5 + i / 10 for i, ip in enumerate(BASE_IPS)})
     return store
+
+
+# A mixed store: ip -> (storegen format, timesteps the model declares; None: variable, fed --window).
+# Each is an LSTM; the .keras one starts with a Lambda layer, which Keras' safe_mode would refuse.
+FORMATS = {
+    "10.4.0.1": ("h5", 20),
+    "10.4.0.2": ("keras", 20),
+    "10.4.0.3": ("keras2-h5", 20),
+    "10.4.0.4": ("keras2-savedmodel", 12),
+    "10.4.0.5": ("keras3-export", 20),
+    "10.4.0.6": ("tf-module", 20),
+    "10.4.0.7": ("tf-module-call", 20),
+    "10.4.0.8": ("keras2-keras", None),
+}
+BROKEN = {  # ip -> (storegen item or raw bytes, error fragment)
+    "10.4.1.1": ({"kind": "linear", "format": "keras2-weights"},
+                 r"10\.4\.1\.1\.h5: weights-only HDF5 \(no model config, keras_version 2\.\S+\)"),
+    "10.4.1.2": ({"kind": "flat", "format": "keras"},
+                 r"10\.4\.1\.2\.keras: keras keras_version=3\.\S+ via keras: input shape \(None, 20\) is not"),
+    "10.4.1.3": (b"\x89HDF\r\n\x1a\n truncated",
+                 r"10\.4\.1\.3\.h5: neither HDF5 nor a \.keras zip \(OSError: "),
+}
+SCALERS = [lambda: MinMaxScaler(), lambda: StandardScaler(), lambda: make_pipeline(StandardScaler(), MinMaxScaler())]
+
+
+@pytest.fixture(scope="session")
+def formats_store(tmp_path_factory):
+    """Every format, each IP with its own kind of scaler; returns (store, the saving runtimes' predictions)."""
+    store = tmp_path_factory.mktemp("formats") / "store"
+    items = []
+    for i, (ip, (fmt, window)) in enumerate(FORMATS.items()):
+        scaler = SCALERS[i % len(SCALERS)]().fit(series_for(ip).reshape(-1, 1))
+        write_scaler(store, ip, scaler)
+        inputs, _ = split_window(series_for(ip), 5, window or 20)
+        items.append({"ip": ip, "kind": "lambda-lstm" if fmt == "keras" else "lstm", "format": fmt, "window": window,
+                      "seed": i,
+                      "input": scaler.transform(inputs.reshape(-1, 1)).ravel().tolist()})
+    for ip, (made, _) in BROKEN.items():
+        write_scaler(store, ip, MinMaxScaler().fit([[0.0], [1.0]]))
+        if isinstance(made, dict):
+            items.append({"ip": ip, **made})
+    refs = build_models(store, items)
+    (store / "model" / "10.4.1.3.h5").write_bytes(BROKEN["10.4.1.3"][0])
+    write_stds(store, {ip: 0.5 for ip in [*FORMATS, *BROKEN]})
+    return store, refs
 
 
 @pytest.fixture

@@ -1,0 +1,133 @@
+"""Every model format people have, through the real loader in real workers, each prediction checked
+against the runtime that saved it (generated models) or the runtime that reads it (real files)."""
+import logging
+import re
+import shutil
+import warnings
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+from batchpredict import predict_table
+from batchpredict.errors import JobError
+from batchpredict.features import split_window
+from batchpredict.loading import describe, load_scaler
+from conftest import BROKEN, FORMATS, SHARED, build_models, series_for, wide_table, write_scaler, write_stds
+
+# what the debug log must say each was read with
+READ_WITH = {
+    "10.4.0.1": r"h5 keras_version=3\.\S+ via keras,",
+    "10.4.0.2": r"keras keras_version=3\.\S+ via keras,",
+    "10.4.0.3": r"h5 keras_version=2\.\S+ via tf_keras,",
+    "10.4.0.4": r"savedmodel keras_version=2\.\S+ via tf.saved_model signature serving_default,",
+    "10.4.0.5": r"savedmodel keras_version=none via tf.saved_model signature serving_default,",
+    "10.4.0.6": r"savedmodel keras_version=none via tf.saved_model signature predict,",
+    "10.4.0.7": r"savedmodel keras_version=none via tf.saved_model __call__,",
+    "10.4.0.8": r"keras keras_version=2\.\S+ via tf_keras, timesteps variable",
+}
+def test_every_format_in_one_batch_predicts_what_its_saving_runtime_does(formats_store, tmp_path, caplog):
+    store, refs = formats_store
+    table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in FORMATS})
+    with caplog.at_level(logging.DEBUG, logger="batchpredict"):
+        frame = predict_table(str(table), str(store)).set_index("ip")
+    assert (frame["status"] == "ok").all(), frame["error"].to_dict()
+    for ip in FORMATS:
+        scaler = joblib.load(store / "sc" / f"{ip}.save")
+        # compared where the model answers, before inverse scaling
+        assert scaler.transform([[frame.loc[ip, "predicted"]]])[0, 0] == pytest.approx(refs[ip], abs=1e-5), ip
+        assert re.search(rf"{re.escape(ip)}: {re.escape(frame.loc[ip, 'model'])}: {READ_WITH[ip]}", caplog.text), ip
+    assert "10.4.0.4: model declares 12 timesteps; using them instead of --window 20" in caplog.text
+    assert "pickled with scikit-learn" in caplog.text
+
+
+def test_unusable_models_are_load_errors_that_say_what_was_tried(formats_store, tmp_path):
+    store, _ = formats_store
+    table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BROKEN})
+    frame = predict_table(str(table), str(store)).set_index("ip")
+    for ip, (_, message) in BROKEN.items():
+        assert frame.loc[ip, "status"] == "load_error"
+        assert re.match(message, frame.loc[ip, "error"]), frame.loc[ip, "error"]
+
+
+@pytest.mark.parametrize("ip, kind, version, runtime", [
+    ("10.4.0.1", "h5", "3.", "keras"), ("10.4.0.2", "keras", "3.", "keras"), ("10.4.0.3", "h5", "2.", "tf_keras"),
+    ("10.4.0.4", "savedmodel", "2.", "tf.saved_model"), ("10.4.0.5", "savedmodel", "", "tf.saved_model"),
+    ("10.4.0.8", "keras", "2.", "tf_keras"),
+])
+def test_describe_reads_the_format_from_the_file(formats_store, ip, kind, version, runtime):
+    store, _ = formats_store
+    path = next((store / "model").glob(ip + "*"))
+    fmt = describe(str(path))
+    assert (fmt.kind, fmt.runtime) == (kind, runtime) and fmt.keras_version.startswith(version)
+    assert bool(fmt.keras_version) == bool(version)
+
+
+def test_scalers_of_any_kind_and_the_version_that_pickled_them(tmp_path):
+    pipeline = make_pipeline(StandardScaler(), MinMaxScaler()).fit([[1.0], [5.0], [9.0]])
+    joblib.dump(pipeline, tmp_path / "p.save")
+    loaded = load_scaler(str(tmp_path / "p.save"))
+    assert loaded.transform(np.array([1.0, 9.0])).ravel().tolist() == [0.0, 1.0]
+    assert loaded.note.startswith("scaler p.save: Pipeline pickled with scikit-learn 1.")
+    joblib.dump({"not": "a scaler"}, tmp_path / "d.save")
+    with pytest.raises(JobError, match="d.save is a dict, without transform/inverse_transform"):
+        load_scaler(str(tmp_path / "d.save"))
+
+
+# The real files of ../shared/fixtures/real-models (PROVENANCE.md): runtime that must read each,
+# timesteps it declares.
+REAL = SHARED / "fixtures" / "real-models"
+REAL_SCALER = "Abhishek-995312__stock-price-prediction-lstm__scaler.pkl"
+REAL_MODELS = {
+    "Hangtianhengxing__Real-Time-Anomaly-Detection-using-LSTM__lstm.h5": ("tf_keras", "2.2.4", None),
+    "NewtOliver__time-series-prediction__lstm.h5": ("tf_keras", "2.3.1", 3),
+    "BingqiShen__Stock-price-prediction-using-LSTM__Model_GZMT.xlsx_saved_lstm_model.h5": ("tf_keras", "2.3.0-tf", 90),
+    "AJ1401__Stock-Trend-Prediction__keras_model.h5": ("tf_keras", "2.15.0", 100),
+    "01235-anuj__Using-LSTM-GRU-NextDayPricePrediction__gru_model.h5": ("keras", "3.10.0", 60),
+    "Abhishek-995312__stock-price-prediction-lstm__lstm_model.h5": ("keras", "3.13.2", 60),  # with its real scaler
+}
+
+
+@pytest.fixture(scope="module")
+def real_store(tmp_path_factory):
+    """The real files copied into a temporary store (never into the project); (store, table, refs)."""
+    if not REAL.is_dir():
+        pytest.skip(f"{REAL} is absent")
+    tmp = tmp_path_factory.mktemp("real")
+    store, data, references = tmp / "store", {}, []
+    (store / "model").mkdir(parents=True)
+    for i, (name, (runtime, _, window)) in enumerate(REAL_MODELS.items()):
+        ip = f"real-{i}"
+        shutil.copy(REAL / name, store / "model" / f"{ip}.h5")
+        data[ip] = series_for(ip, 130)
+        if name.startswith("Abhishek"):
+            shutil.copy(REAL / REAL_SCALER, store / "sc" / f"{ip}.save")
+        else:
+            write_scaler(store, ip, MinMaxScaler().fit(data[ip].reshape(-1, 1)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the real scaler's version and feature-name warnings
+            inputs = split_window(data[ip], 5, window or 20)[0]
+            x = joblib.load(store / "sc" / f"{ip}.save").transform(inputs.reshape(-1, 1))
+        references.append({"key": ip, "path": str(REAL / name), "runtime": runtime, "input": x.ravel().tolist()})
+    write_stds(store, {ip: 1.0 for ip in data})
+    return store, wide_table(tmp / "t.csv", data), build_models(store, [], references)
+
+
+def test_every_real_file_loads_and_predicts_what_its_runtime_does(real_store, caplog):
+    store, table, refs = real_store
+    with caplog.at_level(logging.DEBUG, logger="batchpredict"):
+        frame = predict_table(str(table), str(store)).set_index("ip")
+    assert (frame["status"] == "ok").all(), frame["error"].to_dict()
+    for i, (name, (runtime, version, window)) in enumerate(REAL_MODELS.items()):
+        ip = f"real-{i}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scaled = joblib.load(store / "sc" / f"{ip}.save").transform([[frame.loc[ip, "predicted"]]])[0, 0]
+        assert scaled == pytest.approx(refs[ip], abs=1e-5), name
+        shown = "variable" if window is None else window
+        assert f"{ip}: model/{ip}.h5: h5 keras_version={version} via {runtime}, timesteps {shown}" in caplog.text
+    # the real scaler's sklearn version is in the debug log; its warnings are nowhere (worker stderr included)
+    assert "MinMaxScaler pickled with scikit-learn 1.6.1 (running " in caplog.text
+    assert "InconsistentVersionWarning" not in caplog.text and "feature names" not in caplog.text
