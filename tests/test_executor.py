@@ -58,7 +58,7 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("poison, args, status, fragment", FAULTS)
-def test_fault_table(store, table, tmp_path, clean_run, fault, poison, args, status, fragment):
+def test_fault_table(store, table, tmp_path, clean_run, poison, args, status, fragment):
     poison(store)
     out = tmp_path / "a.csv"
     done = run_cli("predict", "--data", table, "--models", store, "--out", out, *args)
