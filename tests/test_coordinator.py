@@ -74,3 +74,21 @@ def test_coordinator_never_imports_tensorflow(store, table):
 def test_custom_sigmas_name_the_columns(store, table):
     frame = predict_table(str(table), str(store), params=Params(sigmas=(3.0, 5.0)))
     assert "upper_3std" in frame.columns and "lower_5std" in frame.columns
+
+
+def test_a_worker_reusing_one_architecture_predicts_as_fresh_workers_do(tmp_path):
+    from conftest import build_models, fitted_scaler, write_scaler, write_stds
+
+    ips = [f"10.3.0.{i}" for i in range(6)]
+    store = tmp_path / "store"
+    build_models(store, [{"ip": ip, "kind": "lstm", "seed": i, "format": "keras" if i % 2 else "h5"}
+                         for i, ip in enumerate(ips)])
+    for ip in ips:
+        write_scaler(store, ip, fitted_scaler(series_for(ip)))
+    write_stds(store, {ip: 1.0 for ip in ips})
+    table = str(wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips}))
+    fresh = predict_table(table, str(store), options=RunOptions(workers=2, jobs_per_worker=1))
+    reused = predict_table(table, str(store), options=RunOptions(workers=1, jobs_per_worker=6))
+    assert reused["worker_pid"].nunique() == 1 and fresh["worker_pid"].nunique() == 6
+    assert len(set(fresh["predicted"])) == 6  # six different models
+    np.testing.assert_allclose(reused["predicted"], fresh["predicted"], rtol=1e-6)
