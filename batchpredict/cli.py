@@ -78,7 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--layout", choices=["wide", "long"], default=None)
     predict.add_argument("--sigmas", type=parse_sigmas, default=(2.0, 4.0), help="warning,critical (default 2,4)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
-    predict.add_argument("--backend", default="local", help="local (default)")
+    predict.add_argument("--backend", default="local", help="local (default) or ray")
+    predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                         help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
+    predict.add_argument("--shard-size", type=positive_int, default=None, metavar="N",
+                         help="ray backend: IPs per Ray task (default: several shards per Ray slot)")
     add_run_options(predict)
     predict.set_defaults(func=cmd_predict)
 
@@ -103,7 +107,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                           Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas),
                           RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker, timeout=args.timeout,
                                      max_worker_memory_mib=args.max_worker_memory, retries=args.retries,
-                                     backend=args.backend, resume=args.resume, layout=args.layout))
+                                     backend=args.backend, resume=args.resume, layout=args.layout,
+                                     ray_address=args.ray_address, shard_size=args.shard_size))
     info = frame.attrs["summary"]
     print(f"batchpredict: {info['ips']} IPs in {info['wall_s']:.1f} s ({info['jobs_per_s'] or 0:.1f} jobs/s) -> "
           f"{args.out}: " + _counts(info["status"]) + "; severity: " + (_counts(info["severity"]) or "none"),
