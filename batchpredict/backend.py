@@ -17,7 +17,22 @@ class Executor(Protocol):
     def run(self, handler: Callable[[Any], "Outcome"], tasks: Iterable) -> Iterator["Outcome"]: ...
 
 
-BACKENDS: dict[str, Callable[..., Executor]] = {"local": LocalExecutor}
+def local_settings(options: "RunOptions") -> dict:
+    """LocalExecutor's arguments; the ray backend runs a LocalExecutor with them inside each shard."""
+    return dict(workers=options.workers, jobs_per_worker=options.jobs_per_worker, timeout=options.timeout,
+                max_memory_mib=options.max_worker_memory_mib, retries=options.retries)
+
+
+def _ray(options: "RunOptions") -> Executor:
+    from .raybackend import RayExecutor  # imports ray itself only when constructed
+
+    return RayExecutor(local_settings(options), address=options.ray_address, shard_size=options.shard_size)
+
+
+BACKENDS: dict[str, Callable[["RunOptions"], Executor]] = {
+    "local": lambda options: LocalExecutor(**local_settings(options)),
+    "ray": _ray,
+}
 
 
 def make_executor(options: "RunOptions") -> Executor:
@@ -25,5 +40,4 @@ def make_executor(options: "RunOptions") -> Executor:
         factory = BACKENDS[options.backend]
     except KeyError:
         raise UsageError(f"unknown backend {options.backend!r}; choose from {', '.join(sorted(BACKENDS))}") from None
-    return factory(workers=options.workers, jobs_per_worker=options.jobs_per_worker, timeout=options.timeout,
-                   max_memory_mib=options.max_worker_memory_mib, retries=options.retries)
+    return factory(options)

@@ -87,7 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--layout", choices=["wide", "long"], default=None)
     predict.add_argument("--sigmas", type=parse_sigmas, default=(2.0, 4.0), help="warning,critical (default 2,4)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
-    predict.add_argument("--backend", default="local", help="local (default)")
+    predict.add_argument("--backend", default="local", help="local (default) or ray")
+    predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                         help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
+    predict.add_argument("--shard-size", type=positive_int, default=None, metavar="N",
+                         help="ray backend: IPs per Ray task (default: several shards per Ray slot)")
     predict.add_argument("--metrics-file", default=None, metavar="PATH.prom",
                          help="write Prometheus metrics of the run here (node_exporter textfile collector)")
     predict.add_argument("--progress-interval", type=positive_float, default=30.0, metavar="SECONDS",
@@ -141,7 +145,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                   RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker,
                                              timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
                                              retries=args.retries, backend=args.backend, resume=args.resume,
-                                             layout=args.layout),
+                                             layout=args.layout, ray_address=args.ray_address,
+                                             shard_size=args.shard_size),
                                   on_result=progress.update, on_start=progress.start)
     except BatchPredictError as exc:
         if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see

@@ -41,6 +41,8 @@ class RunOptions:
     backend: str = "local"
     resume: bool = False
     layout: str | None = None
+    ray_address: str | None = None  # ray backend: None starts a local Ray; "auto" or "ray://host:10001" join one
+    shard_size: int | None = None   # ray backend: IPs per Ray task; None sizes them from the cluster
 
 
 def check_params(params: Params) -> None:
