@@ -131,6 +131,7 @@ class LocalExecutor:
         self.retries = retries
         self.poll_interval = poll_interval
         self._running: dict[Any, _Worker] = {}
+        self._departing: list[tuple[Any, float]] = []  # (process, kill-after) of workers with nothing left to do
         self._started = 0
 
     def run(self, handler: Callable[[Any], Outcome], tasks: Iterable) -> Iterator[Outcome]:
@@ -151,15 +152,28 @@ class LocalExecutor:
                     if verdict is not None:
                         del self._running[key]
                         yield from self._finish(worker, *verdict, pending)
+                self._reap()
         finally:
             self.shutdown()
             stderr_dir.cleanup()
 
     def shutdown(self) -> None:
-        """Kill every running worker (on error or signal)."""
+        """Kill every running worker (on error or signal); give departing ones their grace."""
         for worker in self._running.values():
-            self._kill(worker)
+            self._kill(worker.process)
         self._running.clear()
+        self._reap(final=True)
+
+    def _reap(self, final: bool = False) -> None:
+        """Forget workers that have exited; kill those that overstay their grace."""
+        for entry in list(self._departing):
+            process, kill_after = entry
+            if final:
+                process.join(max(0.0, kill_after - time.monotonic()))
+            if process.exitcode is None and (final or time.monotonic() > kill_after):
+                self._kill(process)
+            if process.exitcode is not None:
+                self._departing.remove(entry)
 
     def _start(self, ctx: Any, handler: Callable, batch: list, stderr_dir: str) -> None:
         reader, writer = ctx.Pipe(duplex=False)
@@ -189,22 +203,22 @@ class LocalExecutor:
 
     def _check(self, worker: _Worker, ready: list) -> tuple[Status, str] | None:
         """The verdict on a worker that has to go, or None while it may go on."""
-        if worker.process.sentinel in ready or not worker.batch:
-            worker.process.join(EXIT_GRACE_S)
-            if worker.process.exitcode is None:  # sent everything but hangs on its way out
-                self._kill(worker)
-            if not worker.batch:
-                return Status.OK, ""
+        if not worker.batch:
+            # Every task answered: the worker exits on its own while the next one starts.
+            self._departing.append((worker.process, time.monotonic() + EXIT_GRACE_S))
+            return Status.OK, ""
+        if worker.process.sentinel in ready:
+            worker.process.join()
             said = worker_stderr(worker.stderr_path)
             return Status.CRASHED, exit_reason(worker.process.exitcode) + (f"; stderr: {said[-1][:200]}" if said else "")
         rss = self._rss(worker)
         if rss > self.max_memory_mib:
-            self._kill(worker)
+            self._kill(worker.process)
             return Status.MEMORY_EXCEEDED, (f"worker RSS {rss:.0f} MiB over the cap of "
                                             f"{self.max_memory_mib:.0f} MiB (--max-worker-memory); killed")
         # A result waiting in the pipe moves the deadline on at the next collect: no kill for it.
         if time.monotonic() > worker.deadline and not worker.conn.poll():
-            self._kill(worker)
+            self._kill(worker.process)
             return Status.TIMEOUT, f"no result within {self.timeout:g} s (--timeout); worker killed"
         return None
 
@@ -239,12 +253,12 @@ class LocalExecutor:
         return rss
 
     @staticmethod
-    def _kill(worker: _Worker) -> None:
+    def _kill(process: Any) -> None:
         # The group takes the worker's own children too; the worker may not have made
         # its group yet, hence the plain kill as well.
         for kill in (os.killpg, os.kill):
             try:
-                kill(worker.process.pid, signal.SIGKILL)
+                kill(process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        worker.process.join()
+        process.join()
