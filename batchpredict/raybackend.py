@@ -129,11 +129,15 @@ class RayExecutor:
                     outcome.attempts = max(outcome.attempts, 1) + attempt - 1  # earlier shard tries count
                     yield outcome
         finally:
-            for ref in running:
-                with contextlib.suppress(Exception):  # best effort: the cluster may be gone already
-                    ray.cancel(ref, force=True)
             if started:
+                # Stopping the local instance ends its workers, and their forkservers and jobs
+                # with them. A force-cancel first can race a shard's reply and abort the driver
+                # inside Ray (task_manager.cc "unexpected system state", seen with Ray 2.60).
                 ray.shutdown()
+            else:
+                for ref in running:
+                    with contextlib.suppress(Exception):  # best effort: the cluster may be gone already
+                        ray.cancel(ref, force=True)
 
     def _connect(self) -> bool:
         """Join the cluster at `address`, or start a local Ray; True when this call connected."""
