@@ -9,7 +9,7 @@ import time
 from typing import Callable, Sequence
 
 from . import logs
-from .errors import BatchPredictError, UsageError
+from .errors import BatchPredictError
 from .job import Params, Status
 
 log = logging.getLogger("batchpredict")

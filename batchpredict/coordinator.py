@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import resource
 import signal
 import sys
@@ -31,7 +30,7 @@ from .worker import run_job
 log = logging.getLogger("batchpredict")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
     workers: int = 2
     jobs_per_worker: int = 1

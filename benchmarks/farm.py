@@ -6,7 +6,6 @@ its scaler and std, and its own row in a wide table, cycling through the demo IP
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
