@@ -21,7 +21,7 @@ from .errors import JobError, UsageError
 from .export import write_atomic
 from .features import rolling_series
 from .job import Params, Severity, Status
-from .table import read_table
+from .table import read_table, read_text_csv
 
 log = logging.getLogger("batchpredict")
 
@@ -42,13 +42,7 @@ class Report:
 
 def read_results(path: str) -> tuple[pd.DataFrame, tuple[float, float]]:
     """The results CSV with numeric columns as numbers, and the sigmas its band columns name."""
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise UsageError(f"results not found: {path}") from None
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
-            PermissionError) as exc:
-        raise UsageError(f"cannot read results {path}: {type(exc).__name__}") from None
+    frame = read_text_csv(path, "results")
     sigmas = tuple(float(m.group(1)) for c in frame.columns if (m := re.fullmatch(r"lower_(.+)std", c)))
     missing = {"ip", "timestamp", "observed", "predicted", "std", "status", "severity", "duration_ms"} - set(frame)
     if missing or len(sigmas) != 2:

@@ -27,17 +27,23 @@ def read_table(path: str, layout: str | None = None) -> list[Series]:
     """All distinct IPs in table order. Raises UsageError when the file is unusable as a whole."""
     if layout is not None and layout not in LAYOUTS:
         raise UsageError(f"--layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except FileNotFoundError:
-        raise UsageError(f"table not found: {path}") from None
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
-            PermissionError) as exc:
-        raise UsageError(f"cannot read table {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    frame = read_text_csv(path, "table", skipinitialspace=True)
     if frame.shape[1] < 2 or frame.shape[0] == 0:
         raise UsageError(f"table {path} has no data rows or fewer than two columns")
     chosen = layout or detect_layout(list(frame.columns))
     return _read_long(frame, path) if chosen == "long" else _read_wide(frame)
+
+
+def read_text_csv(path: str, what: str, **options: object) -> pd.DataFrame:
+    """A CSV with every cell as written; UsageError naming `what` when it cannot be read at all."""
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, **options)
+    except FileNotFoundError:
+        raise UsageError(f"{what} not found: {path}") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
+            PermissionError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"cannot read {what} {path}: {detail}") from None
 
 
 def detect_layout(header: list[str]) -> str:
