@@ -1,9 +1,29 @@
-"""batchpredict: nightly per-IP LSTM anomaly scoring, one isolated worker process per job."""
-from .coordinator import RunOptions, predict_table
-from .errors import BatchPredictError, Interrupted, JobError, LockHeld, UsageError
-from .job import Job, Outcome, Params, Result, Severity, Status
-from .metrics import write_metrics
-from .report import build_report
+"""batchpredict: nightly per-IP LSTM anomaly scoring, one isolated worker process per job.
 
-__all__ = ["predict_table", "RunOptions", "Params", "Job", "Outcome", "Result", "Status", "Severity",
-           "BatchPredictError", "UsageError", "LockHeld", "Interrupted", "JobError", "build_report", "write_metrics"]
+The public API is imported on first use: a worker process imports `batchpredict.worker`, and
+with it this file, and must not pay for pandas, matplotlib or prometheus_client it never uses.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_PUBLIC = {
+    "predict_table": "coordinator", "build_report": "report", "write_metrics": "metrics",
+    "RunOptions": "job", "Params": "job", "Job": "job", "Outcome": "job", "Result": "job", "Status": "job",
+    "Severity": "job", "BatchPredictError": "errors", "UsageError": "errors", "LockHeld": "errors",
+    "Interrupted": "errors", "JobError": "errors", "Unsupported": "errors",
+}
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'batchpredict' has no attribute {name!r}")
+    value = getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

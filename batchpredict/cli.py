@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .coordinator import RunOptions, predict_table
+    from .coordinator import predict_table
+    from .job import RunOptions
     from .metrics import write_metrics
     from .progress import Progress
 
@@ -173,7 +174,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .coordinator import RunOptions
+    from .job import RunOptions
     from .train import train_table
 
     results = train_table(args.data, args.models, args.format, Params(rolling=args.rolling, window=args.window),
@@ -191,7 +192,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_store_check(args: argparse.Namespace) -> int:
-    from .coordinator import RunOptions
+    from .job import RunOptions
     from .inspection import COLUMNS, check_store, format_table, report_rows
 
     rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,

@@ -12,7 +12,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from importlib import metadata
 from typing import Callable, Iterator
 
@@ -21,27 +20,13 @@ import pandas as pd
 from . import export
 from .backend import make_executor
 from .errors import Interrupted, JobError, UsageError
-from .job import Job, Params, Result, Status
+from .job import Job, Params, Result, RunOptions, Status
 from .journal import Journal, Lock, fingerprint
 from .store import Store
 from .table import read_table
 from .worker import run_job
 
 log = logging.getLogger("batchpredict")
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    workers: int = 2
-    jobs_per_worker: int = 1
-    timeout: float = 300.0
-    max_worker_memory_mib: float | None = None
-    retries: int = 1
-    backend: str = "local"
-    resume: bool = False
-    layout: str | None = None
-    ray_address: str | None = None  # ray backend: None starts a local Ray; "auto" or "ray://host:10001" join one
-    shard_size: int | None = None   # ray backend: IPs per Ray task; None sizes them from the cluster
 
 
 def check_params(params: Params) -> None:

@@ -37,3 +37,10 @@ class JobError(BatchPredictError):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class Unsupported(BatchPredictError):
+    """The lean path cannot take this artefact (a layer, an option, a scaler class); the message says which.
+
+    Never a row's status by itself: under `--engine auto` the job moves to the TensorFlow path.
+    """

@@ -2,19 +2,26 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
 
 from .errors import JobError
 from .job import Status
 
 
 def rolling_series(values: np.ndarray, rolling: int) -> np.ndarray:
-    """Rolling mean without its first `rolling-1` values, NaN filled with the raw series' mean."""
-    raw = pd.Series(np.asarray(values, dtype=float))
-    if raw.notna().sum() == 0:
+    """Rolling mean without its first `rolling-1` values, NaN filled with the raw series' mean.
+
+    pandas' `s.rolling(rolling).mean()` to within rounding, in numpy: workers fork faster without pandas.
+    """
+    raw = np.asarray(values, dtype=float)
+    numeric = ~np.isnan(raw)
+    if not numeric.any():
         raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
-    smoothed = raw.rolling(rolling).mean().iloc[rolling - 1:]
-    return smoothed.fillna(raw.mean()).to_numpy()
+    if len(raw) < rolling:
+        return np.empty(0)
+    smoothed = sliding_window_view(raw, rolling).sum(axis=1) / rolling  # NaN where a window holds one
+    smoothed[np.isnan(smoothed)] = raw[numeric].mean()
+    return smoothed
 
 
 def split_window(values: np.ndarray, rolling: int, window: int) -> tuple[np.ndarray, float]:

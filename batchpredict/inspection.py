@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .backend import make_executor
 from .errors import JobError
-from .job import Outcome, Status
+from .job import Outcome, RunOptions, Status
 from .loading import describe, first_line, load_model, load_scaler
 from .store import Store
 
@@ -68,10 +68,8 @@ def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
         result.scaler = load_scaler(os.path.join(task.store, task.scaler)).note.split(": ", 1)[1]
 
 
-def check_store(models: str, options=None) -> list[CheckResult]:  # noqa: ANN001 - RunOptions
+def check_store(models: str, options: RunOptions | None = None) -> list[CheckResult]:
     """One row per IP the store mentions, in id order. Exit 1 material: any row not `ok`."""
-    from .coordinator import RunOptions
-
     store = Store(models)
     rows, tasks = {}, []
     for ip in store.ips():

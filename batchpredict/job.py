@@ -41,6 +41,23 @@ class Params:
     sigmas: tuple[float, float] = (2.0, 4.0)
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is executed (the algorithm's knobs are Params)."""
+
+    workers: int = 2
+    jobs_per_worker: int = 1
+    timeout: float = 300.0
+    max_worker_memory_mib: float | None = None
+    retries: int = 1
+    backend: str = "local"
+    resume: bool = False
+    layout: str | None = None
+    ray_address: str | None = None  # ray backend: None starts a local Ray; "auto" or "ray://host:10001" join one
+    shard_size: int | None = None   # ray backend: IPs per Ray task; None sizes them from the cluster
+    engine: str = "auto"            # "auto", "numpy" or "keras": who computes the forward pass
+
+
 @dataclass
 class Outcome:
     """What the executor knows about any job it ran, prediction or training."""

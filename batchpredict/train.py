@@ -21,7 +21,7 @@ import numpy as np
 from .errors import JobError, UsageError
 from .export import write_atomic, write_rows
 from .features import rolling_series
-from .job import Outcome, Params, Status
+from .job import Outcome, Params, RunOptions, Status
 from .loading import first_line
 from .store import MODEL_SUFFIXES, Store
 from .table import read_table
@@ -203,11 +203,10 @@ def merge_stds(store: str, entries: dict[str, float]) -> None:
 
 
 def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params(), epochs: int = 30,
-                holdout: float = 0.2, seed: int = 0, ips: list[str] | None = None, options=None) -> list[TrainResult]:  # noqa: ANN001
+                holdout: float = 0.2, seed: int = 0, ips: list[str] | None = None,
+                options: RunOptions | None = None) -> list[TrainResult]:
     """Train every (or each named) IP of the history table; writes `<models>/train_report.csv`."""
     from .backend import make_executor
-    from .coordinator import RunOptions
-
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if not 0 < holdout < 1:

@@ -60,7 +60,7 @@ def main() -> None:
 
 
 def train_store(history: str, store: str, ids: list[str], epochs: int) -> None:
-    from batchpredict.coordinator import RunOptions
+    from batchpredict import RunOptions
     from batchpredict.train import train_table
 
     options = RunOptions(workers=os.cpu_count() or 2, timeout=1800)

@@ -33,3 +33,15 @@ def test_insufficient(values):
     with pytest.raises(JobError) as err:
         split_window(values, rolling=5, window=20)
     assert err.value.status == "insufficient_data"
+
+
+@pytest.mark.parametrize("rolling", [1, 3, 5, 12])
+def test_rolling_mean_is_pandas_rolling_mean(rolling):
+    import pandas as pd
+
+    rng = np.random.default_rng(rolling)
+    values = rng.normal(1e4, 50, 300)
+    values[rng.choice(300, 15, replace=False)] = np.nan
+    raw = pd.Series(values)
+    expected = raw.rolling(rolling).mean().iloc[rolling - 1:].fillna(raw.mean()).to_numpy()
+    np.testing.assert_allclose(rolling_series(values, rolling), expected, rtol=1e-12)
