@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception as its type and the first line of its message: a row's one-line error."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
 class BatchPredictError(Exception):
     """Base of every error batchpredict raises on purpose."""
 

@@ -1,0 +1,57 @@
+"""NumpyModel: a Keras model's forward pass as a chain of numpy layer functions, checked whole at load."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import activations, keras1
+from .artefact import Artefact, read
+from .layers import build
+
+
+class NumpyModel:
+    """Predicts as the Keras runtime that saved the artefact would, in float32, without TensorFlow."""
+
+    def __init__(self, artefact: Artefact) -> None:
+        self.kind = artefact.kind
+        self.keras_version = artefact.keras_version
+        self.input_shape = artefact.input_shape
+        # Keras 1 and 2 compute hard_sigmoid alike; only Keras 3 changed it.
+        self._major = 3 if artefact.major == 3 else 2
+        shape, self._steps = artefact.input_shape[1:], []
+        for spec in artefact.layers:
+            step = build(spec, shape, self._major)
+            self._steps.append(step)
+            shape = step.shape
+        self.output_shape = (None, *shape)
+        self._hard_sigmoid = any(activations.activation_name(spec.config.get(option)) == "hard_sigmoid"
+                                 for spec in artefact.layers for option in ("activation", "recurrent_activation"))
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """x: (batch, *input_shape[1:]); the model's output for each of the batch, float32."""
+        x = np.asarray(x, dtype=np.float32)
+        expected = self.input_shape[1:]
+        if x.ndim != len(self.input_shape) or any(d is not None and d != n for d, n in zip(expected, x.shape[1:])):
+            raise ValueError(f"input of shape {x.shape} where the model takes {self.input_shape}")
+        with np.errstate(all="ignore"):  # overflow gives inf, silently, as in the runtimes
+            for step in self._steps:
+                x = step.call(x)
+        return x.astype(np.float32, copy=False)
+
+    def describe(self) -> str:
+        """One line for the debug log: the chain, and which hard_sigmoid it computes."""
+        chain = " > ".join(step.label for step in self._steps if step.label)
+        return f"numpy engine: {chain}" + (f"; hard_sigmoid as Keras {self._major}" if self._hard_sigmoid else "")
+
+    __str__ = describe
+
+
+def load(path: str) -> NumpyModel:
+    """The artefact at `path` as a NumpyModel.
+
+    Unsupported: a valid model the engine cannot run (the message names the first layer or option);
+    JobError(load_error): a file no runtime could read (not a model, weights only, a Keras 1 file
+    the engine cannot take).
+    """
+    artefact = read(path)
+    with keras1.reasons(artefact.major):
+        return NumpyModel(artefact)

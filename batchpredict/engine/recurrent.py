@@ -1,0 +1,106 @@
+"""LSTM, GRU and SimpleRNN, stepped over time in numpy as the Keras cells do (gate orders: LSTM i f c o, GRU z r h).
+
+Each cell sums its terms in the order its Keras source does, so float32 rounding stays close to the runtime's.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from . import activations
+from .spec import LayerSpec, Shape, Step
+
+State = tuple[np.ndarray, ...]
+Cell = Callable[[np.ndarray, State], tuple[np.ndarray, State]]  # (x_t projected, state) -> (output, state)
+
+
+def _recurrent(spec: LayerSpec, shape: Shape, gates: int, bias_shape: Callable[[int], tuple]) \
+        -> tuple[int, np.ndarray, np.ndarray, np.ndarray | None]:
+    """What every recurrent layer checks and reads: units, kernel, recurrent kernel, bias (None without)."""
+    spec.refuse("stateful", "return_state", "time_major")
+    if len(shape) != 2:
+        raise spec.unsupported(f"an input of shape {(None, *shape)} (not (batch, timesteps, features))")
+    units, features, use_bias = int(spec.config["units"]), spec.last_dim(shape), spec.config.get("use_bias", True)
+    shapes = [(features, gates * units), (units, gates * units)] + ([bias_shape(units)] if use_bias else [])
+    kernel, recurrent, *bias = spec.weights_shaped(*shapes)
+    return units, kernel, recurrent, (bias[0] if bias else None)
+
+
+def _gate_activations(spec: LayerSpec, major: int) -> tuple[activations.Activation, activations.Activation]:
+    return (activations.of(spec, "activation", "tanh", major),
+            activations.of(spec, "recurrent_activation", "sigmoid", major))
+
+
+def _layer(spec: LayerSpec, shape: Shape, units: int, project: Callable[[np.ndarray], np.ndarray],
+           cell: Cell, states: int, note: str = "") -> Step:
+    """Projects all timesteps' inputs at once, then runs `cell` over time as keras' RNN layer does."""
+    backwards, sequences = spec.config.get("go_backwards", False), spec.config.get("return_sequences", False)
+
+    def call(x: np.ndarray) -> np.ndarray:
+        if x.shape[1] == 0:
+            raise ValueError(f"{spec}: an input with no timesteps")
+        projected = project(x)
+        state = (np.zeros((len(x), units), np.float32),) * states
+        outputs = []
+        for t in (range(x.shape[1] - 1, -1, -1) if backwards else range(x.shape[1])):
+            output, state = cell(projected[:, t], state)
+            outputs.append(output)
+        # Going backwards, keras keeps the outputs in the order it computed them.
+        return np.stack(outputs, axis=1) if sequences else outputs[-1]
+
+    label = f"{spec.class_name}({units}{', go_backwards' if backwards else ''}{note})"
+    return Step(call, (shape[0], units) if sequences else (units,), label)
+
+
+def lstm(spec: LayerSpec, shape: Shape, major: int) -> Step:
+    units, kernel, recurrent, bias = _recurrent(spec, shape, 4, lambda u: (4 * u,))
+    act, rec = _gate_activations(spec, major)
+
+    def cell(xw: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        h, c = state
+        z = xw + h @ recurrent
+        if bias is not None:
+            z = z + bias
+        i, f, g, o = np.split(z, 4, axis=-1)
+        c = rec(f) * c + rec(i) * act(g)
+        h = rec(o) * act(c)
+        return h, (h, c)
+
+    return _layer(spec, shape, units, lambda x: x @ kernel, cell, 2)
+
+
+def gru(spec: LayerSpec, shape: Shape, major: int) -> Step:
+    # Keras <= 2.1 and Keras 1 had no reset_after: their GRU applies the reset gate before the recurrent matmul.
+    reset_after = spec.config.get("reset_after", False)
+    units, kernel, recurrent, bias = _recurrent(spec, shape, 3, lambda u: (2, 3 * u) if reset_after else (3 * u,))
+    act, rec = _gate_activations(spec, major)
+    input_bias, recurrent_bias = (bias[0], bias[1]) if reset_after and bias is not None else (bias, None)
+    # Without reset_after, the candidate's recurrent columns wait for the reset gate.
+    gates_kernel = recurrent if reset_after else recurrent[:, :2 * units]
+
+    def cell(xw: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        h, = state
+        inner = h @ gates_kernel
+        if recurrent_bias is not None:
+            inner = inner + recurrent_bias
+        x_z, x_r, x_h = np.split(xw, 3, axis=-1)
+        z = rec(x_z + inner[:, :units])
+        r = rec(x_r + inner[:, units:2 * units])
+        hh = act(x_h + (r * inner[:, 2 * units:] if reset_after else (r * h) @ recurrent[:, 2 * units:]))
+        h = z * h + (1 - z) * hh
+        return h, (h,)
+
+    return _layer(spec, shape, units, lambda x: x @ kernel if input_bias is None else x @ kernel + input_bias,
+                  cell, 1, "" if reset_after else ", reset_after=False")
+
+
+def simple_rnn(spec: LayerSpec, shape: Shape, major: int) -> Step:
+    units, kernel, recurrent, bias = _recurrent(spec, shape, 1, lambda u: (u,))
+    act = activations.of(spec, "activation", "tanh", major)
+
+    def cell(xw: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        h = act(xw + state[0] @ recurrent)
+        return h, (h,)
+
+    return _layer(spec, shape, units, lambda x: x @ kernel if bias is None else x @ kernel + bias, cell, 1)
