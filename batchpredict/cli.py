@@ -66,6 +66,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     add_log_options(parser)
 
 
+def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=["auto", "numpy", "keras"], default="auto",
+                        help="who computes the forward pass: auto (default: numpy wherever it supports the model, "
+                             "else TensorFlow), numpy (an unsupported model is a load_error) or keras (TensorFlow)")
+
+
 def add_log_options(parser: argparse.ArgumentParser) -> None:
     """Logs go to stderr; -q keeps warnings and the final line."""
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings, errors and the final summary")
@@ -87,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--layout", choices=["wide", "long"], default=None)
     predict.add_argument("--sigmas", type=parse_sigmas, default=(2.0, 4.0), help="warning,critical (default 2,4)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
+    add_engine_option(predict)
     predict.add_argument("--backend", default="local", help="local (default) or ray")
     predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
                          help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
@@ -127,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = store_commands.add_parser("check", help="list every IP's artefacts, format, Keras version and "
                                                     "timesteps, loading each model in a worker; no prediction")
     check.add_argument("--models", required=True, help="model store folder")
+    add_engine_option(check)
+    check.add_argument("--verify", action="store_true",
+                       help="also run both engines on a few random windows per IP and report the largest difference")
+    check.add_argument("--tolerance", type=positive_float, default=1e-5,
+                       help="--verify: exit 1 when max |numpy - keras| / max |keras| exceeds it (default 1e-5)")
     add_run_options(check)
     check.set_defaults(func=cmd_store_check)
     return parser
@@ -147,7 +159,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                              timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
                                              retries=args.retries, backend=args.backend, resume=args.resume,
                                              layout=args.layout, ray_address=args.ray_address,
-                                             shard_size=args.shard_size),
+                                             shard_size=args.shard_size, engine=args.engine),
                                   on_result=progress.update, on_start=progress.start)
     except BatchPredictError as exc:
         if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see
@@ -196,14 +208,21 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     from .inspection import COLUMNS, check_store, format_table, report_rows
 
     rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,
-                                               max_worker_memory_mib=args.max_worker_memory, retries=args.retries))
+                                               max_worker_memory_mib=args.max_worker_memory, retries=args.retries,
+                                               engine=args.engine), verify=args.verify, window=args.window)
     print(format_table(COLUMNS, report_rows(rows, args.window)))
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.status.value] = counts.get(row.status.value, 0) + 1
-    print(f"batchpredict store check: {len(rows)} IPs in {args.models}: {_counts(counts) or 'none found'}",
+    verdict, over = "", []
+    if args.verify:
+        diffs = [row.max_diff for row in rows if row.max_diff is not None]
+        over = [row.ip for row in rows if row.max_diff is not None and row.max_diff > args.tolerance]
+        verdict = (f"; verified {len(diffs)}, largest difference {max(diffs, default=0.0):.1e}, "
+                   f"{len(over)} over {args.tolerance:g}" + (f": {', '.join(over[:10])}" if over else ""))
+    print(f"batchpredict store check: {len(rows)} IPs in {args.models}: {_counts(counts) or 'none found'}{verdict}",
           file=sys.stderr)
-    return 0 if rows and counts.get("ok", 0) == len(rows) else 1
+    return 0 if rows and counts.get("ok", 0) == len(rows) and not (args.verify and over) else 1
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -22,7 +22,8 @@ from .backend import make_executor
 from .errors import Interrupted, JobError, UsageError
 from .job import Job, Params, Result, RunOptions, Status
 from .journal import Journal, Lock, fingerprint
-from .store import Store
+from .loading import ENGINES
+from .store import MODEL_SUFFIXES, Store
 from .table import read_table
 from .worker import run_job
 
@@ -37,8 +38,11 @@ def check_params(params: Params) -> None:
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
 
 
-def plan(data: str, models: str, params: Params, layout: str | None) -> tuple[list[str], dict[str, Result], list[Job]]:
+def plan(data: str, models: str, params: Params, layout: str | None, engine: str = "auto"
+         ) -> tuple[list[str], dict[str, Result], list[Job]]:
     """(IPs in table order, rows settled without a worker, jobs to run)."""
+    if engine not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     store = Store(models)
     order, settled, jobs = [], {}, []
     for series in read_table(data, layout):
@@ -54,8 +58,10 @@ def plan(data: str, models: str, params: Params, layout: str | None) -> tuple[li
         except JobError as exc:
             settled[series.ip] = Result(ip=series.ip, status=Status(exc.status), error=str(exc), timestamp=label)
             continue
+        # The numpy engine reads files; a SavedModel directory goes straight to the TensorFlow pool.
+        lean = engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
         jobs.append(Job(series.ip, series.labels, series.values.tolist(), store.root, found.model,
-                        found.scaler, found.std, params))
+                        found.scaler, found.std, params, engine, "lean" if lean else "full"))
     return order, settled, jobs
 
 
@@ -71,7 +77,7 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
-        order, results, jobs = plan(data, models, params, options.layout)
+        order, results, jobs = plan(data, models, params, options.layout, options.engine)
         executor = make_executor(options)
         journal = None
         if out:
@@ -100,7 +106,8 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
         info = export.summary(ordered, len(jobs), time.monotonic() - started,
                               resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                               backend=executor.name, workers=options.workers,
-                              jobs_per_worker=options.jobs_per_worker, versions=versions())
+                              jobs_per_worker=options.jobs_per_worker, engine=options.engine,
+                              versions=versions())
         if out:
             export.write_csv(ordered, params.sigmas, out)
             export.write_summary(out + ".summary.json", info)

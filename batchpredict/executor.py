@@ -2,16 +2,18 @@
 
 Data flow::
 
-    coordinator ──tasks──► LocalExecutor.run ──start──► forkserver (TF imported, never run)
-         ▲                      │   ▲                        │ fork
-         │ outcomes             │   │ pickled outcome        ▼
-         └──────────────────────┘   └──────── pipe ──── worker: serve(handler, tasks), exit
+    coordinator ──tasks──► LocalExecutor.run ──start──► forkserver of the task's pool
+         ▲                      │   ▲                      (lean: numpy; full: TF imported, never run)
+         │ outcomes             │   │ pickled outcome        │ fork
+         └──────────────────────┘   │                        ▼
+                                    └──────── pipe ──── worker: serve(handler, tasks), exit
                                  supervises: exit status, deadline, RSS (psutil), kill -pgid
 
 Every task ends in exactly one outcome: the handler's own, or one the executor makes when the
 worker dies (`crashed`, retried), overruns its deadline (`timeout`) or its memory cap
-(`memory_exceeded`). Workers are killed by process group and die with the forkserver
-(PR_SET_PDEATHSIG), so a killed coordinator leaves none behind.
+(`memory_exceeded`). A worker that cannot run a task in its pool says so (`outcome.reroute`),
+and the task's `rerouted()` copy runs in the pool it names. Workers are killed by process group
+and die with their forkserver (PR_SET_PDEATHSIG), so a killed coordinator leaves none behind.
 """
 from __future__ import annotations
 
@@ -32,20 +34,14 @@ import multiprocess as mp
 import psutil
 from multiprocess.connection import wait
 
+from .forkserver import Process
 from .job import Outcome, Status
 
 log = logging.getLogger("batchpredict")
 
 MAX_RESULT_BYTES = 16 * 2**20
 EXIT_GRACE_S = 5.0
-PRELOAD = ["batchpredict.preload"]
 _PR_SET_PDEATHSIG = 1
-
-
-def _context() -> Any:
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
 
 
 # TensorFlow's start-up chatter on stderr (absl pre-init INFO lines, CUDA probing on a CPU
@@ -137,17 +133,15 @@ class LocalExecutor:
     def run(self, handler: Callable[[Any], Outcome], tasks: Iterable) -> Iterator[Outcome]:
         """Yield one outcome per task, in completion order."""
         pending = deque((task, 1) for task in tasks)
-        ctx = _context()
         stderr_dir = tempfile.TemporaryDirectory(prefix="batchpredict-")
         try:
             while pending or self._running:
                 while pending and len(self._running) < self.workers:
-                    batch = [pending.popleft() for _ in range(min(self.jobs_per_worker, len(pending)))]
-                    self._start(ctx, handler, batch, stderr_dir.name)
+                    self._start(handler, self._take(pending), stderr_dir.name)
                 ready = wait([w.conn for w in self._running.values()]
                              + [w.process.sentinel for w in self._running.values()], self.poll_interval)
                 for key, worker in list(self._running.items()):
-                    yield from self._collect(worker, ready)
+                    yield from self._collect(worker, ready, pending)
                     verdict = self._check(worker, ready)
                     if verdict is not None:
                         del self._running[key]
@@ -175,12 +169,20 @@ class LocalExecutor:
             if process.exitcode is not None:
                 self._departing.remove(entry)
 
-    def _start(self, ctx: Any, handler: Callable, batch: list, stderr_dir: str) -> None:
-        reader, writer = ctx.Pipe(duplex=False)
+    def _take(self, pending: deque) -> list:
+        """The next batch: up to K tasks in a row that run in the same pool."""
+        pool = _pool(pending[0][0])
+        batch = [pending.popleft()]
+        while pending and len(batch) < self.jobs_per_worker and _pool(pending[0][0]) == pool:
+            batch.append(pending.popleft())
+        return batch
+
+    def _start(self, handler: Callable, batch: list, stderr_dir: str) -> None:
+        reader, writer = mp.Pipe(duplex=False)
         self._started += 1
         stderr_path = os.path.join(stderr_dir, f"worker-{self._started}.err")
-        process = ctx.Process(target=serve, args=(writer, handler, [task for task, _ in batch], stderr_path),
-                              daemon=False)
+        process = Process(_pool(batch[0][0]), target=serve,
+                          args=(writer, handler, [task for task, _ in batch], stderr_path), daemon=False)
         process.start()
         writer.close()
         worker = _Worker(process, reader, batch, time.monotonic() + self.timeout, stderr_path=stderr_path)
@@ -190,8 +192,8 @@ class LocalExecutor:
             pass
         self._running[reader] = worker
 
-    def _collect(self, worker: _Worker, ready: list) -> Iterator[Outcome]:
-        """Yield the outcomes the worker has sent; each one moves its deadline on."""
+    def _collect(self, worker: _Worker, ready: list, pending: deque) -> Iterator[Outcome]:
+        """Yield the outcomes the worker has sent, queue the tasks it sent elsewhere; each moves its deadline on."""
         while worker.batch and worker.conn in ready and worker.conn.poll():
             try:
                 outcome = pickle.loads(worker.conn.recv_bytes())
@@ -199,7 +201,10 @@ class LocalExecutor:
                 break
             task, attempts = worker.batch.pop(0)
             worker.deadline = time.monotonic() + self.timeout
-            yield self._stamp(outcome, attempts, worker)
+            if outcome.reroute:
+                pending.append((task.rerouted(outcome.reroute), attempts))
+            else:
+                yield self._stamp(outcome, attempts, worker)
 
     def _check(self, worker: _Worker, ready: list) -> tuple[Status, str] | None:
         """The verdict on a worker that has to go, or None while it may go on."""
@@ -225,7 +230,7 @@ class LocalExecutor:
     def _finish(self, worker: _Worker, status: Status, error: str, pending: deque) -> Iterator[Outcome]:
         """Account for the tasks a departing worker did not finish."""
         # Results that raced the exit or the kill are taken before any task is blamed.
-        yield from self._collect(worker, [worker.conn])
+        yield from self._collect(worker, [worker.conn], pending)
         worker.conn.close()
         for line in worker_stderr(worker.stderr_path):
             log.debug("worker %d stderr: %s", worker.process.pid, line)
@@ -262,3 +267,8 @@ class LocalExecutor:
             except (ProcessLookupError, PermissionError):
                 pass
         process.join()
+
+
+def _pool(task: Any) -> str:
+    """The forkserver a task runs in: its own choice, or TensorFlow's for tasks that make none."""
+    return getattr(task, "pool", "full")

@@ -81,6 +81,7 @@ def summary(results: list[Result], executed: int, wall_s: float, coordinator_pea
         "severity": dict(Counter(r.severity.value for r in results if r.severity)),
         "anomalies": sum(1 for r in results if r.anomaly),
         "jobs_run": executed,
+        "engines": dict(Counter(r.engine for r in results if r.engine)),
         "wall_s": round(wall_s, 3),
         "jobs_per_s": round(executed / wall_s, 3) if wall_s > 0 else None,
         "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None,

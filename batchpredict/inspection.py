@@ -2,19 +2,27 @@
 
 Nothing is predicted. Each model and scaler is described and loaded in its own worker process
 (the executor's), so a file that crashes or hangs its loader is reported like any other problem.
+Each row says which engine and which worker pool `predict` would give the IP, and why. With
+`--verify` the worker also runs both engines on a few random windows and reports how far apart
+they are: how a user proves the numpy engine on their own store.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .backend import make_executor
-from .errors import JobError
+from . import scalers
+from .errors import JobError, Unsupported, first_line
 from .job import Outcome, RunOptions, Status
-from .loading import describe, first_line, load_model, load_scaler
+from .loading import LoadedModel, describe, load_model, load_scaler
 from .store import Store
 
-COLUMNS = ["ip", "status", "model", "format", "keras", "runtime", "timesteps", "scaler", "problems"]
+COLUMNS = ["ip", "status", "model", "format", "keras", "runtime", "timesteps", "engine", "pool", "verify",
+           "scaler", "problems"]
+VERIFY_WINDOWS = 4
 
 
 @dataclass
@@ -25,6 +33,10 @@ class CheckResult(Outcome):
     runtime: str = ""
     timesteps: str = ""  # what the model declares: a number, or "variable"
     scaler: str = ""
+    engine: str = ""     # what --engine gives the model, and why not numpy where it is keras
+    pool: str = ""       # "lean", or "tensorflow" and why
+    max_diff: float | None = None  # --verify: max |numpy - keras| / max |keras| on random windows
+    verify: str = ""     # --verify: the difference, or why there is none
     problems: list[str] = field(default_factory=list)
 
 
@@ -34,6 +46,9 @@ class CheckTask:
     store: str
     model: str
     scaler: str | None
+    engine: str = "auto"
+    verify: bool = False
+    window: int = 20  # fed to a model with variable timesteps
 
     def failed(self, status: Status, error: str) -> CheckResult:
         return CheckResult(ip=self.ip, status=status, error=error, model=self.model, problems=[error])
@@ -42,7 +57,7 @@ class CheckTask:
 def inspect_artefacts(task: CheckTask) -> CheckResult:
     """Runs in the worker: describe and load the model and the scaler. Never raises."""
     result = CheckResult(ip=task.ip, model=task.model)
-    for step in (_inspect_model, _inspect_scaler):
+    for step in (_inspect_scaler, _inspect_model):  # the scaler's reason for the TF pool comes first
         try:
             step(task, result)
         except JobError as exc:
@@ -58,24 +73,56 @@ def _inspect_model(task: CheckTask, result: CheckResult) -> None:
     path = os.path.join(task.store, task.model)
     fmt = describe(path)
     result.format, result.keras_version, result.runtime = fmt.kind, fmt.keras_version, fmt.runtime
-    loaded = load_model(path)
+    loaded = load_model(path, task.engine)
     result.timesteps = "variable" if loaded.window is None else str(loaded.window)
     result.runtime = f"{fmt.runtime} {loaded.entry}".strip()
+    result.engine = loaded.engine if loaded.engine == "numpy" or task.engine == "keras" else \
+        f"keras ({loaded.note.removeprefix('; ')})"
+    result.pool = result.pool or ("lean" if loaded.engine == "numpy" else "tensorflow (keras engine)")
+    if task.verify:
+        _verify(path, loaded, task, result)
+
+
+def _verify(path: str, loaded: LoadedModel, task: CheckTask, result: CheckResult) -> None:
+    """Both engines on the same random windows (scaled space), seeded by the IP."""
+    if loaded.engine != "numpy":
+        result.verify = "keras only"
+        return
+    try:
+        keras = load_model(path, "keras")
+    except JobError as exc:
+        result.verify = f"not verified: {exc}"
+        return
+    rng = np.random.default_rng(sum(map(ord, task.ip)))
+    x = rng.uniform(0, 1, (VERIFY_WINDOWS, loaded.window or task.window, 1)).astype(np.float32)
+    ours, theirs = np.asarray(loaded.predict(x), dtype=float), np.asarray(keras.predict(x), dtype=float)
+    result.max_diff = float(np.max(np.abs(ours - theirs)) / max(float(np.max(np.abs(theirs))), 1e-12))
+    result.verify = f"{result.max_diff:.1e}"
 
 
 def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
-    if task.scaler:
-        result.scaler = load_scaler(os.path.join(task.store, task.scaler)).note.split(": ", 1)[1]
+    if not task.scaler:
+        return
+    path = os.path.join(task.store, task.scaler)
+    result.scaler = load_scaler(path).note.split(": ", 1)[1]
+    try:
+        scalers.load_scaler(path)
+    except Unsupported as exc:
+        result.pool = f"tensorflow ({exc})"
 
 
-def check_store(models: str, options: RunOptions | None = None) -> list[CheckResult]:
+def check_store(models: str, options: RunOptions | None = None, verify: bool = False, window: int = 20
+                ) -> list[CheckResult]:
     """One row per IP the store mentions, in id order. Exit 1 material: any row not `ok`."""
+    options = options or RunOptions()
     store = Store(models)
     rows, tasks = {}, []
     for ip in store.ips():
         rows[ip], task = _plan(store, ip)
-        tasks += [task] if task else []
-    for outcome in make_executor(options or RunOptions()).run(inspect_artefacts, tasks):
+        if task:
+            task.engine, task.verify, task.window = options.engine, verify, window
+            tasks.append(task)
+    for outcome in make_executor(options).run(inspect_artefacts, tasks):
         planned = rows[outcome.ip]
         outcome.problems = planned.problems + outcome.problems
         if outcome.status is Status.OK:
@@ -113,8 +160,8 @@ def report_rows(rows: list[CheckResult], window: int) -> list[list[str]]:
     def timesteps(row: CheckResult) -> str:
         return f"variable (--window {window})" if row.timesteps == "variable" else row.timesteps
 
-    return [[r.ip, r.status.value, r.model, r.format, r.keras_version, r.runtime, timesteps(r), r.scaler, r.error]
-            for r in rows]
+    return [[r.ip, r.status.value, r.model, r.format, r.keras_version, r.runtime, timesteps(r), r.engine, r.pool,
+             r.verify, r.scaler, r.error] for r in rows]
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

@@ -69,6 +69,7 @@ class Outcome:
     duration_ms: float | None = None
     worker_pid: int | None = None
     worker_peak_rss_mib: float | None = None
+    reroute: str = ""  # not an answer: why this worker's pool cannot run the task (see Job.rerouted)
 
 
 @dataclass
@@ -84,6 +85,7 @@ class Result(Outcome):
     anomaly: bool | None = None
     severity: Severity | None = None
     model: str = ""
+    engine: str = ""  # "numpy" or "keras": who computed the forward pass
     log: list[str] = field(default_factory=list)    # the coordinator logs these at INFO
     debug: list[str] = field(default_factory=list)  # and these at DEBUG (-v)
 
@@ -111,6 +113,13 @@ class Job:
     scaler: str
     std: float
     params: Params = Params()
+    engine: str = "auto"  # RunOptions.engine
+    pool: str = "lean"    # the forkserver it runs in: "lean" (numpy, no TensorFlow) or "full"
+    notes: tuple[str, ...] = ()  # why it left the lean pool, for the debug log
+
+    def rerouted(self, reason: str) -> "Job":
+        """The job for the TensorFlow pool, after a lean worker found it could not run it."""
+        return dataclasses.replace(self, pool="full", notes=(*self.notes, reason))
 
     def failed(self, status: Status, error: str) -> Result:
         return Result(ip=self.ip, status=status, error=error, model=self.model,

@@ -1,13 +1,17 @@
-"""Turns any model artefact of DESIGN §1 into a predict function, in the worker process.
+"""Turns any model artefact of the store into a predict function, in the worker process.
 
-The runtime is chosen from the file itself, never from its name: Keras 2 files (HDF5 or `.keras`
-whose `keras_version` is 2.x, or HDF5 without one) go to `tf_keras`, the Keras 2 runtime, because
-Keras 3 cannot read their LSTM configs; Keras 3 files go to `keras`; SavedModel directories are
-called through their serving signature. TensorFlow is imported here lazily, in the worker only.
+Two engines compute the forward pass. `numpy` (batchpredict.engine) reads the config and weights
+of an HDF5 or `.keras` file and needs no TensorFlow; `auto` takes it wherever it supports the
+model. `keras` chooses the runtime from the file itself, never from its name: Keras 2 files (HDF5
+or `.keras` whose `keras_version` is 2.x, or HDF5 without one) go to `tf_keras`, the Keras 2
+runtime, because Keras 3 cannot read their LSTM configs; Keras 3 files go to `keras`; SavedModel
+directories are called through their serving signature. TensorFlow is imported lazily, and only
+in workers of the TensorFlow pool.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -18,8 +22,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .errors import JobError
+from .errors import JobError, Unsupported, first_line
 from .job import Status
+
+ENGINES = ("auto", "numpy", "keras")
 
 _KERAS_VERSION = re.compile(rb'"keras_version":\s*"([^"]+)"')
 
@@ -28,7 +34,7 @@ _KERAS_VERSION = re.compile(rb'"keras_version":\s*"([^"]+)"')
 class ModelFormat:
     kind: str           # "h5", "keras" or "savedmodel"
     keras_version: str  # as the artefact states it, "" when it does not
-    runtime: str        # "tf_keras", "keras" or "tf.saved_model"
+    runtime: str        # "tf_keras", "keras" or "tf.saved_model"; "numpy" once the numpy engine took it
 
     def __str__(self) -> str:
         return f"{self.kind} keras_version={self.keras_version or 'none'} via {self.runtime}"
@@ -40,6 +46,8 @@ class LoadedModel:
     window: int | None  # timesteps the model declares, None when variable
     format: ModelFormat
     entry: str = ""     # what a SavedModel is called through: its signature or its __call__
+    engine: str = "keras"
+    note: str = ""      # for the debug log: the numpy engine's layers, or why it did not take the model
 
 
 @dataclass
@@ -54,11 +62,6 @@ class LoadedScaler:
     def inverse_transform(self, rows: np.ndarray) -> np.ndarray:
         with _feature_names_quiet():
             return np.asarray(self.scaler.inverse_transform(rows), dtype=float)
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
 def is_keras2(version: str) -> bool:
@@ -111,10 +114,55 @@ def _saved_model_keras_version(path: str) -> str:
     return ""
 
 
-def load_model(path: str) -> LoadedModel:
-    """The artefact as a predict function; JobError(load_error) saying what was tried otherwise."""
+def load_model(path: str, engine: str = "auto", lean: bool = False) -> LoadedModel:
+    """The artefact as a predict function; JobError(load_error) saying what was tried otherwise.
+
+    `auto` takes the numpy engine where it supports the model, else TensorFlow's runtimes; in a
+    `lean` process, which has none, a model the numpy engine cannot run raises Unsupported.
+    """
     fmt = describe(path)
+    if engine == "keras":
+        return _load_tf(path, fmt)
+    try:
+        return _load_numpy(path, fmt)
+    except Unsupported as exc:
+        if engine == "numpy":
+            raise JobError(Status.LOAD_ERROR, f"{os.path.basename(path)}: {fmt}: numpy engine: {exc} "
+                                              "(--engine auto runs it with TensorFlow)") from None
+        if lean:
+            raise
+        try:
+            loaded = _load_tf(path, fmt)
+        except JobError as err:
+            raise JobError(err.status, f"{err}; numpy engine: {exc}") from None
+        loaded.note = f"; numpy engine: {exc}"
+        return loaded
+
+
+def _load_numpy(path: str, fmt: ModelFormat) -> LoadedModel:
+    from . import engine
+
+    if fmt.kind == "savedmodel":
+        raise Unsupported("a SavedModel directory holds a TensorFlow graph, not a Keras config")
     what = f"{os.path.basename(path)}: {fmt}"
+    try:
+        model = engine.load(path)
+    except JobError as exc:
+        raise JobError(exc.status, f"{what}: {str(exc).removeprefix(os.path.basename(path) + ': ')}") from None
+    except Unsupported:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a file the engine misreads is TensorFlow's to try
+        raise Unsupported(f"could not read it: {first_line(exc)}") from None
+    fmt = dataclasses.replace(fmt, runtime="numpy")
+    return LoadedModel(model.predict, _window_of(what, tuple(model.input_shape)), fmt,
+                       engine="numpy", note=f"; {model.describe()}")
+
+
+def _load_tf(path: str, fmt: ModelFormat) -> LoadedModel:
+    what = f"{os.path.basename(path)}: {fmt}"
+    if fmt.keras_version.startswith("1."):
+        raise JobError(Status.LOAD_ERROR, f"{what}: Keras 1.x file: no TensorFlow runtime reads it "
+                                          "(the numpy engine does where it supports its layers)")
     try:
         if fmt.runtime == "tf.saved_model":
             predict, shape, entry = _load_saved_model(path)

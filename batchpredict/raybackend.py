@@ -23,10 +23,9 @@ import socket
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
-from .errors import Interrupted, UsageError
+from .errors import Interrupted, UsageError, first_line
 from .executor import LocalExecutor
 from .job import Outcome, Status
-from .loading import first_line
 
 log = logging.getLogger("batchpredict")
 

@@ -18,11 +18,10 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import JobError, UsageError
+from .errors import JobError, UsageError, first_line
 from .export import write_atomic, write_rows
 from .features import rolling_series
 from .job import Outcome, Params, RunOptions, Status
-from .loading import first_line
 from .store import MODEL_SUFFIXES, Store
 from .table import read_table
 

@@ -1,4 +1,4 @@
-"""One prediction job (DESIGN §2), run inside an isolated worker process."""
+"""One prediction job (the per-IP algorithm), run inside an isolated worker process."""
 from __future__ import annotations
 
 import math
@@ -6,11 +6,16 @@ import os
 
 import numpy as np
 
+from . import loading, scalers
 from .anomaly import assess
-from .errors import JobError
+from .errors import JobError, Unsupported, first_line
 from .features import split_window
 from .job import Job, Result, Status
-from .loading import first_line, load_model, load_scaler
+from .loading import load_model
+
+# True in workers forked from the lean forkserver (preload/lean.py): no TensorFlow, no scikit-learn
+# to fall back on, so a job that needs either is sent back to run in the TensorFlow pool.
+LEAN = False
 
 
 def run_job(job: Job) -> Result:
@@ -18,6 +23,8 @@ def run_job(job: Job) -> Result:
     result = Result(ip=job.ip, model=job.model, std=job.std, timestamp=job.labels[-1] if job.labels else "")
     try:
         _score(job, result)
+    except Unsupported as exc:  # only where LEAN
+        result.reroute = f"{job.ip}: {exc}"
     except JobError as exc:
         result.status, result.error = Status(exc.status), str(exc)
     except Exception as exc:  # noqa: BLE001 - the row says what went wrong; the run goes on
@@ -27,11 +34,13 @@ def run_job(job: Job) -> Result:
 
 def _score(job: Job, result: Result) -> None:
     params = job.params
-    scaler = load_scaler(os.path.join(job.store, job.scaler))
+    result.debug += [f"{note}; run in the TensorFlow pool" for note in job.notes]
+    scaler = (scalers.load_scaler if LEAN else loading.load_scaler)(os.path.join(job.store, job.scaler))
     result.debug.append(f"{job.ip}: {scaler.note}")
-    model = load_model(os.path.join(job.store, job.model))
+    model = load_model(os.path.join(job.store, job.model), job.engine, lean=LEAN)
+    result.engine = model.engine
     result.debug.append(f"{job.ip}: {job.model}: {model.format}{' ' + model.entry if model.entry else ''}, "
-                        f"timesteps {model.window or 'variable'}")
+                        f"timesteps {model.window or 'variable'}{model.note}")
     window = params.window
     if model.window is not None and model.window != window:
         result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")

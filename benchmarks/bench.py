@@ -1,13 +1,17 @@
 """`make bench`: batchpredict against the loop it replaces, on the same store, in one run.
 
-    .venv/bin/python benchmarks/bench.py [--n 200] [--workers CORES] [--spawn-n 20]
+    .venv/bin/python benchmarks/bench.py [--n 200] [--ours-n 1000] [--workers CORES] [--spawn-n 20]
 
 1. seed loop: one process, load_model + joblib.load + predict + del + clear_session +
-   reset_default_graph + gc.collect per IP (benchmarks/seed_loop.py, in a subprocess);
+   reset_default_graph + gc.collect per IP (benchmarks/seed_loop.py, in a subprocess; --n IPs,
+   its TensorFlow import not counted);
 2. spawn per job: a fresh `spawn` process per IP that imports TensorFlow itself (--spawn-n IPs);
-3. batchpredict strict: --jobs-per-worker 1, --workers = cores;
-4. batchpredict K=25: --jobs-per-worker 25.
-Prints a table and writes benchmarks/results.json.
+3. batchpredict strict: default settings (--jobs-per-worker 1, --engine auto), --workers = cores;
+4. batchpredict K=25: --jobs-per-worker 25;
+5. batchpredict strict with --engine keras: every job on the TensorFlow forkserver, as before the
+   numpy engine.
+Runs 3-5 score --ours-n IPs (the same store, grown), counted from the call to the last row:
+planning and forkserver start-up included. Prints a table and writes benchmarks/results.json.
 """
 from __future__ import annotations
 
@@ -42,11 +46,11 @@ def external(store: str, table: str, n: int, spawn: bool) -> dict:
             "predictions": out["predictions"]}
 
 
-def ours(store: str, table: str, workers: int, k: int) -> dict:
+def ours(store: str, table: str, workers: int, k: int, engine: str = "auto") -> dict:
     me = psutil.Process()
     rss: list[float] = []
     start = time.monotonic()
-    frame = predict_table(table, store, options=RunOptions(workers=workers, jobs_per_worker=k),
+    frame = predict_table(table, store, options=RunOptions(workers=workers, jobs_per_worker=k, engine=engine),
                           on_result=lambda r: rss.append(me.memory_info().rss / 2**20))
     wall = time.monotonic() - start
     assert (frame["status"] == "ok").all(), frame[frame["status"] != "ok"][["ip", "status", "error"]]
@@ -54,44 +58,51 @@ def ours(store: str, table: str, workers: int, k: int) -> dict:
             "coordinator_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "coordinator_rss_growth_mib": rss[-1] - rss[0],
             "worker_peak_rss_mib": float(frame["worker_peak_rss_mib"].max()),
+            "median_job_ms": float(frame["duration_ms"].median()),
+            "engines": frame.attrs["summary"]["engines"],
             "predictions": dict(zip(frame["ip"], frame["predicted"]))}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--ours-n", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--spawn-n", type=int, default=20)
     parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        store, table = map(str, farm.build(args.n, tmp))
+        # The first --n IPs of the grown store are the seed loop's: farm cycles the demo IPs in order.
+        store, table = map(str, farm.build(max(args.n, args.ours_n), tmp))
         runs = {
             "seed_loop": external(store, table, args.n, spawn=False),
             "spawn_per_job": external(store, table, min(args.spawn_n, args.n), spawn=True),
             "strict_k1": ours(store, table, args.workers, 1),
             "k25": ours(store, table, args.workers, 25),
+            "strict_keras": ours(store, table, args.workers, 1, engine="keras"),
         }
     seed = runs["seed_loop"]
     reference = seed["predictions"]
     for run in runs.values():
         predictions = run.pop("predictions")
-        run["max_abs_diff_vs_seed"] = max(abs(predictions[ip] - reference[ip]) for ip in predictions)
+        run["max_abs_diff_vs_seed"] = max(abs(predictions[ip] - reference[ip]) for ip in reference)
     results = {
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)},
         "versions": {name: metadata.version(name) for name in ("tensorflow-cpu", "keras", "numpy", "batchpredict")},
-        "n": args.n, "workers": args.workers, "runs": runs,
+        "n": args.n, "ours_n": args.ours_n, "workers": args.workers, "runs": runs,
         "ratios": {"strict_vs_seed": runs["strict_k1"]["jobs_per_s"] / seed["jobs_per_s"],
                    "k25_vs_seed": runs["k25"]["jobs_per_s"] / seed["jobs_per_s"],
+                   "strict_keras_vs_seed": runs["strict_keras"]["jobs_per_s"] / seed["jobs_per_s"],
                    "spawn_vs_seed": runs["spawn_per_job"]["jobs_per_s"] / seed["jobs_per_s"]},
     }
     with open(args.out, "w") as fh:
         json.dump(results, fh, indent=2)
-    print(f"{'run':16} {'jobs':>5} {'jobs/s':>7} {'wall s':>7} {'coord peak':>10} {'coord growth':>12} "
+    print(f"{'run':16} {'jobs':>5} {'jobs/s':>7} {'wall s':>7} {'job ms':>7} {'coord peak':>10} {'coord growth':>12} "
           f"{'worker peak':>11} {'max |diff|':>10}")
     for name, run in runs.items():
-        print(f"{name:16} {run['jobs']:5d} {run['jobs_per_s']:7.2f} {run['wall_s']:7.1f} "
+        job_ms = f"{run['median_job_ms']:7.1f}" if "median_job_ms" in run else f"{'-':>7}"
+        print(f"{name:16} {run['jobs']:5d} {run['jobs_per_s']:7.2f} {run['wall_s']:7.1f} {job_ms} "
               f"{run['coordinator_peak_rss_mib']:8.0f}Mi {run['coordinator_rss_growth_mib']:10.1f}Mi "
               f"{run['worker_peak_rss_mib'] or 0:9.0f}Mi {run['max_abs_diff_vs_seed']:10.2e}")
     print("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in results["ratios"].items()))

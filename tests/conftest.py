@@ -18,6 +18,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from batchpredict.features import split_window
+from leanprobe import POISONS  # noqa: F401 - the tests take it from here
 
 HERE = Path(__file__).parent
 # The team's shared folder beside the repo; BATCHPREDICT_SHARED points elsewhere (e.g. from a worktree).
@@ -35,14 +36,6 @@ class Poison:
         return (eval, (self.code,))
 
 
-POISONS = {
-    "sigkill": "__import__('os').kill(__import__('os').getpid(), 9)",
-    "sigsegv": "__import__('os').kill(__import__('os').getpid(), 11)",
-    "exit0": "__import__('os')._exit(0)",
-    "raise": "1/0",
-    "hang": "__import__('time').sleep(10**6)",
-    "hog": "[b'x' * 2**26 for _ in iter(int, 1)]",
-}
 
 
 def series_for(ip: str, length: int = 40) -> np.ndarray:
@@ -124,7 +117,7 @@ BROKEN = {  # ip -> (storegen item or raw bytes, error fragment)
     "10.4.1.1": ({"kind": "linear", "format": "keras2-weights"},
                  r"10\.4\.1\.1\.h5: weights-only HDF5 \(no model config, keras_version 2\.\S+\)"),
     "10.4.1.2": ({"kind": "flat", "format": "keras"},
-                 r"10\.4\.1\.2\.keras: keras keras_version=3\.\S+ via keras: input shape \(None, 20\) is not"),
+                 r"10\.4\.1\.2\.keras: keras keras_version=3\.\S+ via (keras|numpy): input shape \(None, 20\) is not"),
     "10.4.1.3": (b"\x89HDF\r\n\x1a\n truncated",
                  r"10\.4\.1\.3\.h5: neither HDF5 nor a \.keras zip \(OSError: "),
 }

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
-from dataclasses import dataclass
 
 import joblib
 import pandas as pd
@@ -12,8 +10,9 @@ import psutil
 import pytest
 
 from batchpredict.executor import LocalExecutor, exit_reason
-from batchpredict.job import Outcome, Status
+from batchpredict.job import Status
 from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli
+from leanprobe import Task, handler
 
 VICTIM = BASE_IPS[3]
 RESULT_COLUMNS = ["ip", "timestamp", "observed", "predicted", "lower_2std", "upper_4std", "anomaly", "severity",
@@ -57,11 +56,12 @@ FAULTS = [
 ]
 
 
+@pytest.mark.parametrize("engine", ["auto", pytest.param("numpy", marks=SLOW)])
 @pytest.mark.parametrize("poison, args, status, fragment", FAULTS)
-def test_fault_table(store, table, tmp_path, clean_run, poison, args, status, fragment):
+def test_fault_table(store, table, tmp_path, clean_run, poison, args, status, fragment, engine):
     poison(store)
     out = tmp_path / "a.csv"
-    done = run_cli("predict", "--data", table, "--models", store, "--out", out, *args)
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--engine", engine, *args)
     assert done.returncode == 1, done.stderr
     frame = read_out(out)
     assert list(frame["ip"]) == BASE_IPS
@@ -90,30 +90,30 @@ def test_model_returning_nan_is_error(tmp_path):
     assert done.returncode == 1 and frame["status"][0] == "error" and "nan" in frame["error"][0].lower()
 
 
-# Executor-level cases: handlers defined here run in the forked workers.
-@dataclass
-class Task:
-    ip: str
-    action: str = "ok"
+# Executor-level cases: the handlers (tests/leanprobe.py) run in the forked workers.
+@pytest.mark.parametrize("action, status, fragment", [
+    ("sigsegv", Status.CRASHED, "SIGSEGV"),
+    ("exit0", Status.CRASHED, "exited with code 0"),
+    pytest.param("hang", Status.TIMEOUT, "within 2 s", marks=SLOW),
+    pytest.param("hog", Status.MEMORY_EXCEEDED, "over the cap", marks=SLOW),
+])
+def test_lean_workers_fail_as_tensorflow_workers_do(action, status, fragment):
+    tasks = [Task("a", pool="lean"), Task("b", action, pool="lean"), Task("c", pool="lean")]
+    results = list(LocalExecutor(workers=2, timeout=2, max_memory_mib=300).run(handler, tasks))
+    by_ip = {r.ip: r for r in results}
+    assert len(results) == 3 and by_ip["a"].error == by_ip["c"].error == "lean=True"
+    assert by_ip["b"].status is status and fragment in by_ip["b"].error, by_ip["b"].error
+    assert by_ip["b"].attempts == (2 if status is Status.CRASHED else 1)
 
-    def failed(self, status: Status, error: str) -> Outcome:
-        return Outcome(ip=self.ip, status=status, error=error)
 
-
-@dataclass
-class Weird(Outcome):
-    payload: object = None
-
-
-def handler(task: Task) -> Outcome:
-    if task.action == "unpicklable":
-        return Weird(ip=task.ip, payload=lambda: None)
-    if task.action == "huge":
-        return Weird(ip=task.ip, payload=b"x" * (32 * 2**20))
-    if task.action == "crash-once" and not os.path.exists(task.ip):
-        open(task.ip, "w").close()
-        os.kill(os.getpid(), signal.SIGKILL)
-    return Outcome(ip=task.ip)
+@pytest.mark.parametrize("jobs_per_worker", [1, 3])
+def test_a_task_a_lean_worker_cannot_run_moves_to_the_tensorflow_pool(jobs_per_worker):
+    tasks = [Task(f"t{i}", "full-only" if i % 2 else "ok", pool="lean") for i in range(6)]
+    results = list(LocalExecutor(workers=2, jobs_per_worker=jobs_per_worker).run(handler, tasks))
+    assert sorted(r.ip for r in results) == [t.ip for t in tasks]
+    for r in results:
+        assert r.status is Status.OK and r.attempts == 1 and not r.reroute
+        assert r.error == ("lean=False" if int(r.ip[1]) % 2 else "lean=True"), r
 
 
 @pytest.mark.parametrize("action, status, fragment", [

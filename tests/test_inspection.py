@@ -67,12 +67,39 @@ def test_store_check_reports_every_ip_of_a_mixed_store(mixed_store):
     assert "16 IPs" in done.stderr and "ok 8" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_usable_store_checks_all_ok(formats_store, tmp_path):
+def test_a_usable_store_checks_all_ok(usable_store):
+    rows = check_store(str(usable_store))
+    assert [r.ip for r in rows] == sorted(FORMATS)
+    assert all(r.status == "ok" and not r.error for r in rows), [r.error for r in rows]
+
+
+def test_store_check_says_which_engine_and_pool_each_ip_gets(mixed_store):
+    rows = {r.ip: r for r in check_store(str(mixed_store))}
+    for ip in ("10.4.0.1", "10.4.0.3", "10.4.0.8"):
+        assert (rows[ip].engine, rows[ip].pool) == ("numpy", "lean"), ip
+    assert rows["10.4.0.2"].engine == "keras (numpy engine: layer Lambda 'lambda' is not supported by the numpy engine)"
+    assert rows["10.4.0.5"].engine.startswith("keras (numpy engine: a SavedModel directory")
+    assert rows["10.4.0.5"].pool == "tensorflow (keras engine)"
+
+
+@pytest.fixture
+def usable_store(formats_store, tmp_path):
     store = shutil.copytree(formats_store[0], tmp_path / "store")
     for ip in BROKEN:
         next((store / "model").glob(ip + ".*")).unlink()
         (store / "sc" / f"{ip}.save").unlink()
     (store / "std" / "std.json").write_text(json.dumps({ip: 1.0 for ip in FORMATS}))
-    rows = check_store(str(store))
-    assert [r.ip for r in rows] == sorted(FORMATS)
-    assert all(r.status == "ok" and not r.error for r in rows), [r.error for r in rows]
+    return store
+
+
+def test_verify_runs_both_engines_and_enforces_the_tolerance(usable_store):
+    # float32 arithmetic in two implementations never agrees to 1e-12, and always to 1e-5
+    done = run_cli("store", "check", "--models", usable_store, "--verify", "--tolerance", "1e-12")
+    assert done.returncode == 1, done.stderr
+    rows = parse(done.stdout)
+    for ip in ("10.4.0.1", "10.4.0.3", "10.4.0.8"):
+        assert 0 < float(rows[ip]["verify"]) < 1e-5, rows[ip]
+        assert rows[ip]["status"] == "ok"
+    assert rows["10.4.0.2"]["verify"] == "keras only"
+    assert "verified 3, largest difference " in done.stderr
+    assert "3 over 1e-12: 10.4.0.1, 10.4.0.3, 10.4.0.8" in done.stderr, done.stderr

@@ -11,34 +11,42 @@ import pytest
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
-from batchpredict import predict_table
+from batchpredict import RunOptions, predict_table
 from batchpredict.errors import JobError
 from batchpredict.features import split_window
 from batchpredict.loading import describe, load_scaler
 from conftest import BROKEN, FORMATS, SHARED, build_models, series_for, wide_table, write_scaler, write_stds
 
-# what the debug log must say each was read with
+# what the debug log must say each was read with, by engine; auto takes numpy where it can
 READ_WITH = {
-    "10.4.0.1": r"h5 keras_version=3\.\S+ via keras,",
-    "10.4.0.2": r"keras keras_version=3\.\S+ via keras,",
-    "10.4.0.3": r"h5 keras_version=2\.\S+ via tf_keras,",
+    "10.4.0.1": r"h5 keras_version=3\.\S+ via (keras|numpy),",
+    "10.4.0.2": r"keras keras_version=3\.\S+ via keras,",  # its Lambda layer is TensorFlow's under auto too
+    "10.4.0.3": r"h5 keras_version=2\.\S+ via (tf_keras|numpy),",
     "10.4.0.4": r"savedmodel keras_version=2\.\S+ via tf.saved_model signature serving_default,",
     "10.4.0.5": r"savedmodel keras_version=none via tf.saved_model signature serving_default,",
     "10.4.0.6": r"savedmodel keras_version=none via tf.saved_model signature predict,",
     "10.4.0.7": r"savedmodel keras_version=none via tf.saved_model __call__,",
-    "10.4.0.8": r"keras keras_version=2\.\S+ via tf_keras, timesteps variable",
+    "10.4.0.8": r"keras keras_version=2\.\S+ via (tf_keras|numpy), timesteps variable",
 }
-def test_every_format_in_one_batch_predicts_what_its_saving_runtime_does(formats_store, tmp_path, caplog):
+NUMPY_UNDER_AUTO = {"10.4.0.1", "10.4.0.3", "10.4.0.8"}
+
+
+@pytest.mark.parametrize("engine", ["auto", pytest.param("keras", marks=pytest.mark.slow)])
+def test_every_format_in_one_batch_predicts_what_its_saving_runtime_does(formats_store, tmp_path, caplog, engine):
     store, refs = formats_store
     table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in FORMATS})
     with caplog.at_level(logging.DEBUG, logger="batchpredict"):
-        frame = predict_table(str(table), str(store)).set_index("ip")
+        frame = predict_table(str(table), str(store), options=RunOptions(engine=engine)).set_index("ip")
     assert (frame["status"] == "ok").all(), frame["error"].to_dict()
     for ip in FORMATS:
         scaler = joblib.load(store / "sc" / f"{ip}.save")
         # compared where the model answers, before inverse scaling
         assert scaler.transform([[frame.loc[ip, "predicted"]]])[0, 0] == pytest.approx(refs[ip], abs=1e-5), ip
-        assert re.search(rf"{re.escape(ip)}: {re.escape(frame.loc[ip, 'model'])}: {READ_WITH[ip]}", caplog.text), ip
+        line = re.search(rf"{re.escape(ip)}: {re.escape(frame.loc[ip, 'model'])}: {READ_WITH[ip]}", caplog.text)
+        assert line, ip
+        assert (" via numpy," in line.group(0)) == (engine == "auto" and ip in NUMPY_UNDER_AUTO), line.group(0)
+    engines = frame.attrs["summary"]["engines"]
+    assert engines == ({"numpy": 3, "keras": 5} if engine == "auto" else {"keras": 8})
     assert "10.4.0.4: model declares 12 timesteps; using them instead of --window 20" in caplog.text
     assert "pickled with scikit-learn" in caplog.text
 
@@ -115,10 +123,11 @@ def real_store(tmp_path_factory):
     return store, wide_table(tmp / "t.csv", data), build_models(store, [], references)
 
 
-def test_every_real_file_loads_and_predicts_what_its_runtime_does(real_store, caplog):
+@pytest.mark.parametrize("engine", ["auto", pytest.param("keras", marks=pytest.mark.slow)])
+def test_every_real_file_loads_and_predicts_what_its_runtime_does(real_store, caplog, engine):
     store, table, refs = real_store
     with caplog.at_level(logging.DEBUG, logger="batchpredict"):
-        frame = predict_table(str(table), str(store)).set_index("ip")
+        frame = predict_table(str(table), str(store), options=RunOptions(engine=engine)).set_index("ip")
     assert (frame["status"] == "ok").all(), frame["error"].to_dict()
     for i, (name, (runtime, version, window)) in enumerate(REAL_MODELS.items()):
         ip = f"real-{i}"
@@ -127,7 +136,9 @@ def test_every_real_file_loads_and_predicts_what_its_runtime_does(real_store, ca
             scaled = joblib.load(store / "sc" / f"{ip}.save").transform([[frame.loc[ip, "predicted"]]])[0, 0]
         assert scaled == pytest.approx(refs[ip], abs=1e-5), name
         shown = "variable" if window is None else window
-        assert f"{ip}: model/{ip}.h5: h5 keras_version={version} via {runtime}, timesteps {shown}" in caplog.text
+        via = "numpy" if engine == "auto" else runtime
+        assert f"{ip}: model/{ip}.h5: h5 keras_version={version} via {via}, timesteps {shown}" in caplog.text
     # the real scaler's sklearn version is in the debug log; its warnings are nowhere (worker stderr included)
-    assert "MinMaxScaler pickled with scikit-learn 1.6.1 (running " in caplog.text
+    assert ("MinMaxScaler pickled with scikit-learn 1.6.1, read without scikit-learn" if engine == "auto" else
+            "MinMaxScaler pickled with scikit-learn 1.6.1 (running ") in caplog.text
     assert "InconsistentVersionWarning" not in caplog.text and "feature names" not in caplog.text

@@ -1,0 +1,67 @@
+"""Forkservers by name, each with its own preloaded set: `lean` (numpy) and `full` (TensorFlow).
+
+multiprocess keeps a single forkserver per process; batchpredict needs two, so that a job the
+numpy engine can run is forked from a process that never imported TensorFlow. Each server starts
+on first use, so a run whose jobs are all lean never pays for importing TensorFlow.
+
+A forked worker does not re-run the coordinator's `__main__` either, as multiprocess would (it
+re-imports the main script so that functions defined there unpickle): every handler batchpredict
+runs lives in a module, and a main script such as pytest's or a benchmark's costs a worker tens of
+milliseconds of imports it never uses.
+"""
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+import multiprocess as mp
+from multiprocess import forkserver, popen_forkserver, spawn, util
+from multiprocess.context import reduction, set_spawning_popen
+
+PRELOADS = {"lean": ["batchpredict.preload.lean"], "full": ["batchpredict.preload.full"]}
+_servers: dict[str, forkserver.ForkServer] = {}
+_MAIN_KEYS = ("init_main_from_name", "init_main_from_path")
+
+
+class Process(mp.get_context("forkserver").Process):
+    """A process forked by the forkserver of its pool."""
+
+    def __init__(self, pool: str, **kwargs: Any) -> None:
+        if pool not in PRELOADS:
+            raise ValueError(f"no forkserver named {pool!r}")
+        super().__init__(**kwargs)
+        self.pool = pool
+
+    @staticmethod
+    def _Popen(process_obj: "Process") -> "_Popen":
+        return _Popen(process_obj)
+
+
+class _Popen(popen_forkserver.Popen):
+    """popen_forkserver's launch, with the pool's own server and without re-running `__main__`."""
+
+    def _launch(self, process_obj: Process) -> None:
+        prep_data = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items() if k not in _MAIN_KEYS}
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = _server(process_obj.pool).connect_to_new_process(self._fds)
+        # The parent keeps a duplicate of the data pipe's write end: the child's sentinel of its parent.
+        _parent_w = os.dup(w)
+        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+def _server(pool: str) -> forkserver.ForkServer:
+    if pool not in _servers:
+        server = forkserver.ForkServer()
+        server.set_forkserver_preload(PRELOADS[pool])
+        _servers[pool] = server
+    return _servers[pool]

@@ -1,0 +1,66 @@
+"""Handlers that tests run in real worker processes, in a module that imports nothing heavy.
+
+A worker unpickles its handler by importing the handler's module; from here that costs a lean
+worker nothing it would not import anyway, so what a test sees of it is the worker's own.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+from batchpredict import worker
+from batchpredict.job import Job, Outcome, Result, Status
+
+HEAVY = ("tensorflow", "keras", "tf_keras", "sklearn", "joblib", "pandas", "matplotlib")
+# Code a test plants in a worker: through a pickled scaler (conftest.Poison) or a handler's task.
+POISONS = {
+    "sigkill": "__import__('os').kill(__import__('os').getpid(), 9)",
+    "sigsegv": "__import__('os').kill(__import__('os').getpid(), 11)",
+    "exit0": "__import__('os')._exit(0)",
+    "raise": "1/0",
+    "hang": "__import__('time').sleep(10**6)",
+    "hog": "[b'x' * 2**26 for _ in iter(int, 1)]",
+}
+
+
+def run_and_list_modules(job: Job) -> Result:
+    """The real job, then which heavy modules its worker had imported, as its last debug line."""
+    result = worker.run_job(job)
+    result.debug.append("heavy modules: " + ",".join(m for m in HEAVY if m in sys.modules))
+    return result
+
+
+@dataclass
+class Task:
+    ip: str
+    action: str = "ok"
+    pool: str = "full"
+
+    def failed(self, status: Status, error: str) -> Outcome:
+        return Outcome(ip=self.ip, status=status, error=error)
+
+    def rerouted(self, reason: str) -> Task:
+        return Task(self.ip, self.action, "full")
+
+
+@dataclass
+class Weird(Outcome):
+    payload: object = None
+
+
+def handler(task: Task) -> Outcome:
+    """Does what the task's action says; a plain outcome says which kind of worker ran it."""
+    if task.action == "full-only" and worker.LEAN:
+        return Outcome(ip=task.ip, reroute="needs the TensorFlow pool")
+    if task.action in POISONS:
+        eval(POISONS[task.action])
+    if task.action == "unpicklable":
+        return Weird(ip=task.ip, payload=lambda: None)
+    if task.action == "huge":
+        return Weird(ip=task.ip, payload=b"x" * (32 * 2**20))
+    if task.action == "crash-once" and not os.path.exists(task.ip):
+        open(task.ip, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return Outcome(ip=task.ip, error=f"lean={worker.LEAN}")

@@ -1,0 +1,95 @@
+"""Where a job runs and with which engine: lean workers (no TensorFlow, no scikit-learn) by default,
+the TensorFlow pool for what they cannot run, and never a store's pickle on the lean path."""
+import dataclasses
+import shutil
+
+import joblib
+import pytest
+
+from batchpredict import predict_table
+from batchpredict.coordinator import plan
+from batchpredict.executor import LocalExecutor
+from batchpredict.job import Params
+from conftest import BASE_IPS, FORMATS, Poison, read_out, run_cli, series_for, wide_table
+from leanprobe import run_and_list_modules
+
+
+def jobs_of(store, tmp_path, ips, engine="auto"):
+    table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})
+    return plan(str(table), str(store), Params(), None, engine)[2]
+
+
+def test_a_lean_worker_never_imports_tensorflow_keras_or_sklearn(base_store, tmp_path):
+    jobs = jobs_of(base_store, tmp_path, BASE_IPS[:4])
+    assert {job.pool for job in jobs} == {"lean"}
+    results = list(LocalExecutor(workers=2).run(run_and_list_modules, jobs))
+    assert len(results) == 4
+    for result in results:
+        assert result.status == "ok" and result.engine == "numpy", result.error
+        assert "heavy modules: " in result.debug[-1] and result.debug[-1].endswith(": "), result.debug[-1]
+
+
+def test_the_tensorflow_pool_has_tensorflow(base_store, tmp_path):
+    """The probe can fail: the same handler in the TensorFlow pool lists what that pool preloads."""
+    [job] = jobs_of(base_store, tmp_path, BASE_IPS[:1], engine="keras")
+    [result] = LocalExecutor(workers=1).run(run_and_list_modules, [job])
+    assert result.status == "ok" and result.engine == "keras"
+    assert "tensorflow" in result.debug[-1] and "sklearn" in result.debug[-1]
+
+
+def test_a_pickle_that_would_run_code_runs_only_in_the_tensorflow_pool(store, tmp_path):
+    """The lean unpickler refuses it before anything runs; the TensorFlow pool, which trusts the
+    store, runs it once. The pickle writes down whether TensorFlow was loaded where it ran."""
+    victim, marker = BASE_IPS[2], tmp_path / "ran-in"
+    code = f"open({str(marker)!r}, 'a').write(str('tensorflow' in __import__('sys').modules) + ' ')"
+    joblib.dump(Poison(code), store / "sc" / f"{victim}.save")
+    table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BASE_IPS[:4]})
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "-v")
+    assert done.returncode == 1, done.stderr  # the pickle returns a number, not a scaler: load_error
+    frame = read_out(tmp_path / "a.csv").set_index("ip")
+    assert frame.loc[victim, "status"] == "load_error" and "is a int" in frame.loc[victim, "error"]
+    assert marker.read_text() == "True "
+    assert f"{victim}: scaler {victim}.save: pickle needs builtins.eval" in done.stderr
+    assert (frame.drop(victim)["status"] == "ok").all()
+
+
+@pytest.fixture(scope="module")
+def lambda_store(formats_store, tmp_path_factory):
+    """The formats store's Keras 3 model with a Lambda layer, which the numpy engine does not run."""
+    store = tmp_path_factory.mktemp("lambda") / "store"
+    ip = "10.4.0.2"
+    for sub, name in (("model", f"{ip}.keras"), ("sc", f"{ip}.save")):
+        (store / sub).mkdir(parents=True)
+        shutil.copy(formats_store[0] / sub / name, store / sub / name)
+    (store / "std").mkdir()
+    (store / "std" / "std.json").write_text('{"10.4.0.2": 0.5}')
+    return store, wide_table(store.parent / "t.csv", {ip: series_for(ip)})
+
+
+def test_an_unsupported_layer_runs_with_keras_under_auto(lambda_store):
+    store, table = lambda_store
+    frame = predict_table(str(table), str(store))
+    assert frame["status"].tolist() == ["ok"] and frame.attrs["summary"]["engines"] == {"keras": 1}
+
+
+def test_an_unsupported_layer_is_a_load_error_under_engine_numpy(lambda_store, tmp_path):
+    store, table = lambda_store
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--engine", "numpy")
+    assert done.returncode == 1, done.stderr
+    [error] = read_out(tmp_path / "a.csv")["error"]
+    assert "numpy engine: layer Lambda 'lambda' is not supported" in error, error
+
+
+def test_engine_keras_and_savedmodels_are_planned_for_the_tensorflow_pool(formats_store, tmp_path):
+    jobs = jobs_of(formats_store[0], tmp_path, list(FORMATS))
+    pools = {job.ip: job.pool for job in jobs}
+    assert pools == {ip: "full" if fmt.startswith(("keras2-savedmodel", "keras3-export", "tf-module")) else "lean"
+                     for ip, (fmt, _) in FORMATS.items()}
+    assert {job.pool for job in jobs_of(formats_store[0], tmp_path, list(FORMATS), "keras")} == {"full"}
+
+
+def test_a_rerouted_job_keeps_why_for_the_debug_log(base_store, tmp_path):
+    [job] = jobs_of(base_store, tmp_path, BASE_IPS[:1])
+    moved = job.rerouted("10.1.0.1: scaler x.save: pickle needs os.system")
+    assert (moved.pool, moved.notes, dataclasses.replace(moved, pool="lean", notes=())) == \
+        ("full", ("10.1.0.1: scaler x.save: pickle needs os.system",), job)
