@@ -4,15 +4,18 @@ multiprocess keeps a single forkserver per process; batchpredict needs two, so t
 numpy engine can run is forked from a process that never imported TensorFlow. Each server starts
 on first use, so a run whose jobs are all lean never pays for importing TensorFlow.
 
-A forked worker does not re-run the coordinator's `__main__` either, as multiprocess would (it
-re-imports the main script so that functions defined there unpickle): every handler batchpredict
-runs lives in a module, and a main script such as pytest's or a benchmark's costs a worker tens of
-milliseconds of imports it never uses.
+Two costs of multiprocess's launch are left out, both measured per job on the lean path: a worker
+does not re-run the coordinator's `__main__` (multiprocess re-imports the main script so that
+functions defined there unpickle; every handler batchpredict runs lives in a module, and pytest's
+or a benchmark's main costs a worker tens of milliseconds of imports), and the process object is
+pickled by the C pickler, with dill's pure-Python one (~4 ms a process) only for what needs it.
 """
 from __future__ import annotations
 
+import copyreg
 import io
 import os
+import pickle
 from typing import Any
 
 import multiprocess as mp
@@ -43,11 +46,9 @@ class _Popen(popen_forkserver.Popen):
 
     def _launch(self, process_obj: Process) -> None:
         prep_data = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items() if k not in _MAIN_KEYS}
-        buf = io.BytesIO()
         set_spawning_popen(self)
         try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
+            buf = _dumps(prep_data, process_obj)
         finally:
             set_spawning_popen(None)
         self.sentinel, w = _server(process_obj.pool).connect_to_new_process(self._fds)
@@ -57,6 +58,28 @@ class _Popen(popen_forkserver.Popen):
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
         self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _CPickler(pickle.Pickler):
+    """multiprocess's ForkingPickler (the reducers for connections and fds) on the C pickler."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, pickle.HIGHEST_PROTOCOL)
+        self.dispatch_table = copyreg.dispatch_table.copy()
+        self.dispatch_table.update(reduction.ForkingPickler._extra_reducers)
+
+
+def _dumps(*objects: Any) -> io.BytesIO:
+    """The objects pickled one after the other, as the child reads them (dill reads both kinds)."""
+    buf = io.BytesIO()
+    try:
+        for obj in objects:
+            _CPickler(buf).dump(obj)
+    except (pickle.PicklingError, TypeError, AttributeError):  # e.g. a lambda: dill can
+        buf = io.BytesIO()
+        for obj in objects:
+            reduction.dump(obj, buf)
+    return buf
 
 
 def _server(pool: str) -> forkserver.ForkServer:

