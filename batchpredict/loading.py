@@ -11,7 +11,6 @@ in workers of the TensorFlow pool.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -120,12 +119,12 @@ def load_model(path: str, engine: str = "auto", lean: bool = False) -> LoadedMod
     `auto` takes the numpy engine where it supports the model, else TensorFlow's runtimes; in a
     `lean` process, which has none, a model the numpy engine cannot run raises Unsupported.
     """
-    fmt = describe(path)
     if engine == "keras":
-        return _load_tf(path, fmt)
+        return _load_tf(path, describe(path))
     try:
-        return _load_numpy(path, fmt)
+        return _load_numpy(path)
     except Unsupported as exc:
+        fmt = describe(path)
         if engine == "numpy":
             raise JobError(Status.LOAD_ERROR, f"{os.path.basename(path)}: {fmt}: numpy engine: {exc} "
                                               "(--engine auto runs it with TensorFlow)") from None
@@ -139,22 +138,24 @@ def load_model(path: str, engine: str = "auto", lean: bool = False) -> LoadedMod
         return loaded
 
 
-def _load_numpy(path: str, fmt: ModelFormat) -> LoadedModel:
+def _load_numpy(path: str) -> LoadedModel:
+    """The numpy engine's model. The file is opened once: describe() runs only to word a failure."""
     from . import engine
 
-    if fmt.kind == "savedmodel":
+    if os.path.isdir(path):
         raise Unsupported("a SavedModel directory holds a TensorFlow graph, not a Keras config")
-    what = f"{os.path.basename(path)}: {fmt}"
+    name = os.path.basename(path)
     try:
         model = engine.load(path)
     except JobError as exc:
-        raise JobError(exc.status, f"{what}: {str(exc).removeprefix(os.path.basename(path) + ': ')}") from None
+        what = f"{name}: {describe(path)}"  # raises the load error any runtime would give first
+        raise JobError(exc.status, f"{what}: {str(exc).removeprefix(name + ': ')}") from None
     except Unsupported:
         raise
     except Exception as exc:  # noqa: BLE001 - a file the engine misreads is TensorFlow's to try
         raise Unsupported(f"could not read it: {first_line(exc)}") from None
-    fmt = dataclasses.replace(fmt, runtime="numpy")
-    return LoadedModel(model.predict, _window_of(what, tuple(model.input_shape)), fmt,
+    fmt = ModelFormat(model.kind, model.keras_version, "numpy")
+    return LoadedModel(model.predict, _window_of(f"{name}: {fmt}", tuple(model.input_shape)), fmt,
                        engine="numpy", note=f"; {model.describe()}")
 
 

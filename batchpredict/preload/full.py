@@ -5,6 +5,7 @@ of other classes, `--engine keras`, training and `store check`.
 
 The package's __init__ (the prctl and the environment) has run before this module.
 """
+import gc
 import os
 import warnings
 
@@ -26,3 +27,7 @@ try:
 finally:
     os.dup2(_stderr, 2)
     os.close(_stderr)
+
+# Every page a worker writes is copied from this process first; the collector would write to every
+# object it walks, and here that is all of TensorFlow's.
+gc.freeze()
