@@ -1,4 +1,4 @@
-"""`batchpredict`: parses arguments and calls the library; exit codes are DESIGN §3's."""
+"""`batchpredict`: parses arguments and calls the library; exit codes are docs/design.md §5's."""
 from __future__ import annotations
 
 import argparse

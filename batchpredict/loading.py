@@ -1,4 +1,4 @@
-"""Turns any model artefact of DESIGN §1 into a predict function, in the worker process.
+"""Turns any model artefact of docs/design.md §1 into a predict function, in the worker process.
 
 The runtime is chosen from the file itself, never from its name: Keras 2 files (HDF5 or `.keras`
 whose `keras_version` is 2.x, or HDF5 without one) go to `tf_keras`, the Keras 2 runtime, because
@@ -192,7 +192,7 @@ def _load_keras(path: str, runtime: str) -> tuple[Callable, tuple]:
                     model = built.model
                     built.call = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
         if built is None:
-            # The store is trusted code (DESIGN §1: its pickles run on load), so safe_mode would
+            # The store is trusted code (docs/design.md §1: its pickles run on load), so safe_mode would
             # only refuse the Lambda layers some real models have, and protect nothing.
             built = _Built(kx.models.load_model(path, compile=False, safe_mode=False))
             if key[1]:
