@@ -23,7 +23,8 @@ from batchpredict.raybackend import INSTALL_HINT, default_shard_size, run_shard
 from batchpredict.worker import run_job
 from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli, series_for, wide_table
 
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (batchpredict[ray])")
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                               reason="needs the ray package (pip install 'batchpredict[ray]'; make install includes it)")
 TIMING = ["duration_ms", "worker_pid", "worker_peak_rss_mib"]
 NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}  # the head and its clients agree on no token
 
