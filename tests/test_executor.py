@@ -20,17 +20,6 @@ RESULT_COLUMNS = ["ip", "timestamp", "observed", "predicted", "lower_2std", "upp
                   "status"]
 
 
-@pytest.fixture(scope="session")
-def clean_run(base_store, tmp_path_factory):
-    from conftest import series_for, wide_table
-
-    tmp = tmp_path_factory.mktemp("clean")
-    table = wide_table(tmp / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
-    done = run_cli("predict", "--data", table, "--models", base_store, "--out", tmp / "a.csv")
-    assert done.returncode == 0, done.stderr
-    return read_out(tmp / "a.csv")
-
-
 def poison_scaler(store, kind):
     joblib.dump(Poison(POISONS[kind]), store / "sc" / f"{VICTIM}.save")
 
@@ -69,7 +58,8 @@ def test_fault_table(store, table, tmp_path, clean_run, poison, args, status, fr
     assert victim["status"] == status and fragment in victim["error"], victim["error"]
     assert victim["attempts"] == (2 if status == "crashed" else 1)
     others = frame[frame["ip"] != VICTIM][RESULT_COLUMNS].reset_index(drop=True)
-    expected = clean_run[clean_run["ip"] != VICTIM][RESULT_COLUMNS].reset_index(drop=True)
+    clean = read_out(clean_run.out)
+    expected = clean[clean["ip"] != VICTIM][RESULT_COLUMNS].reset_index(drop=True)
     pd.testing.assert_frame_equal(others, expected, check_exact=True)
     if status == "memory_exceeded":
         assert victim["worker_peak_rss_mib"] > 1024
