@@ -52,6 +52,16 @@ def test_long_layout_in_any_row_order_and_exact_25_values(store, tmp_path):
     assert set(frame["timestamp"]) == {"2026-01-02T00:00"}
 
 
+def test_short_series_in_long_layout_is_insufficient(base_store, tmp_path):
+    path = tmp_path / "long.csv"
+    rows = [f"{BASE_IPS[0]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[0])[:24])]
+    rows += [f"{BASE_IPS[1]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[1]))]
+    path.write_text("ip,timestamp,value\n" + "\n".join(rows) + "\n")
+    frame = predict_table(str(path), str(base_store))
+    assert list(frame["status"]) == ["insufficient_data", "ok"]
+    assert "need 21" in frame["error"][0]
+
+
 def test_every_ok_row_ran_in_its_own_process(clean_run):
     frame = clean_run.frame  # strict isolation: one job per worker
     pids = frame["worker_pid"].tolist()
