@@ -31,17 +31,19 @@ def poison_model(store, data: bytes):
 
 SLOW = pytest.mark.slow
 FAULTS = [
-    # (poison, extra args, status, error fragment); the fast few stay in the default suite.
+    # (poison, extra args, status, error fragment). A crash (with its retry) stays in the default suite;
+    # the other cases are slow, and their statuses are met there too (every_status_run, test_loading).
     pytest.param(lambda s: poison_scaler(s, "sigsegv"), [], "crashed", "SIGSEGV", id="sigsegv"),
     pytest.param(lambda s: poison_scaler(s, "sigkill"), [], "crashed", "SIGKILL: possibly out of memory",
                  id="sigkill", marks=SLOW),
     pytest.param(lambda s: poison_scaler(s, "exit0"), [], "crashed", "exited with code 0", id="exit0", marks=SLOW),
-    pytest.param(lambda s: poison_scaler(s, "raise"), [], "load_error", "ZeroDivisionError", id="raise"),
+    pytest.param(lambda s: poison_scaler(s, "raise"), [], "load_error", "ZeroDivisionError", id="raise", marks=SLOW),
     pytest.param(lambda s: poison_scaler(s, "hang"), ["--timeout", "4"], "timeout", "within 4 s", id="hang",
                  marks=SLOW),
     pytest.param(lambda s: poison_scaler(s, "hog"), ["--max-worker-memory", "1GiB"], "memory_exceeded",
                  "over the cap", id="hog", marks=SLOW),
-    pytest.param(lambda s: poison_model(s, lambda b: b[: len(b) // 3]), [], "load_error", VICTIM, id="truncated"),
+    pytest.param(lambda s: poison_model(s, lambda b: b[: len(b) // 3]), [], "load_error", VICTIM, id="truncated",
+                 marks=SLOW),
     pytest.param(lambda s: poison_model(s, os.urandom(4096)), [], "load_error", VICTIM, id="random", marks=SLOW),
 ]
 
