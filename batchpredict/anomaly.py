@@ -1,4 +1,4 @@
-"""DESIGN §2 steps 5-6: the bands around the prediction and the verdict."""
+"""docs/design.md §3 steps 7-8: the bands around the prediction and the verdict."""
 from __future__ import annotations
 
 from .job import Severity

@@ -1,4 +1,4 @@
-"""`batchpredict`: parses arguments and calls the library; exit codes are DESIGN §3's."""
+"""`batchpredict`: parses arguments and calls the library; exit codes are docs/design.md §5's."""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +13,11 @@ from .errors import BatchPredictError
 from .job import Params, Status
 
 log = logging.getLogger("batchpredict")
+
+DESCRIPTION = ("Nightly per-IP LSTM anomaly scoring, one isolated worker process per job. Exit codes: 0 every IP "
+               "answered, 1 the output is complete but some jobs failed, 2 bad invocation or unreadable input "
+               "(nothing written), 75 another run holds the output's lock, 128+N stopped by signal N (rerun with "
+               "--resume).")
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
           "g": 2**30, "gb": 10**9, "gib": 2**30}
@@ -81,7 +86,7 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="batchpredict", description=__doc__)
+    parser = argparse.ArgumentParser(prog="batchpredict", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
 
     predict = commands.add_parser("predict", help="score every IP of a stats table")

@@ -1,4 +1,4 @@
-"""One exception hierarchy; the CLI maps each class to an exit code (DESIGN §3)."""
+"""One exception hierarchy; the CLI maps each class to an exit code (docs/design.md §5)."""
 from __future__ import annotations
 
 

@@ -1,4 +1,4 @@
-"""The anomalies CSV (DESIGN §3) and its summary, each written atomically."""
+"""The anomalies CSV (docs/design.md §4) and its summary, each written atomically."""
 from __future__ import annotations
 
 import csv

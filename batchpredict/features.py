@@ -1,4 +1,4 @@
-"""DESIGN §2 steps 1-2: the rolling mean and the window before the observed point."""
+"""docs/design.md §3 steps 4-5: the rolling mean and the window before the observed point."""
 from __future__ import annotations
 
 import numpy as np

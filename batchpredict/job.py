@@ -19,7 +19,7 @@ class Status(str, Enum):
 
     @property
     def failed(self) -> bool:
-        """A failed job makes the run exit 1 (DESIGN §3); the others are answers."""
+        """A failed job makes the run exit 1 (docs/design.md §5); the others are answers."""
         return self in _FAILED
 
 
@@ -34,7 +34,7 @@ class Severity(str, Enum):
 
 @dataclass(frozen=True)
 class Params:
-    """The per-IP algorithm's knobs (DESIGN §2)."""
+    """The per-IP algorithm's knobs (docs/design.md §3)."""
 
     rolling: int = 5
     window: int = 20
@@ -74,7 +74,7 @@ class Outcome:
 
 @dataclass
 class Result(Outcome):
-    """One output row (DESIGN §3)."""
+    """One output row (docs/design.md §4)."""
 
     timestamp: str = ""
     observed: float | None = None

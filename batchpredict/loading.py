@@ -1,4 +1,4 @@
-"""Turns any model artefact of the store into a predict function, in the worker process.
+"""Turns any model artefact of the store (docs/design.md §1) into a predict function, in the worker process.
 
 Two engines compute the forward pass. `numpy` (batchpredict.engine) reads the config and weights
 of an HDF5 or `.keras` file and needs no TensorFlow; `auto` takes it wherever it supports the
@@ -241,7 +241,7 @@ def _load_keras(path: str, runtime: str) -> tuple[Callable, tuple]:
                     model = built.model
                     built.call = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
         if built is None:
-            # The store is trusted code (DESIGN §1: its pickles run on load), so safe_mode would
+            # The store is trusted code (docs/design.md §1: its pickles run on load), so safe_mode would
             # only refuse the Lambda layers some real models have, and protect nothing.
             built = _Built(kx.models.load_model(path, compile=False, safe_mode=False))
             if key[1]:

@@ -79,6 +79,43 @@ def _signals_surface(call: Callable, *args: Any, **kwargs: Any) -> Any:
         raise
 
 
+def _interruptible(call: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Call a blocking Ray function (ray.wait, ray.get) so that a stop ends it within a second.
+
+    While it blocks, Ray runs the Python signal handlers but gives up only for a KeyboardInterrupt.
+    Anything else a handler raises (the coordinator's Interrupted) is held until the call returns
+    by itself, i.e. until some shard ends, which under load or with a hanging job is minutes after
+    the stop. So during the call what a handler raises rides in a KeyboardInterrupt, and comes out
+    as itself.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return call(*args, **kwargs)
+    raised: list[BaseException] = []
+
+    def carried(handler: Callable) -> Callable:
+        def carry(signum: int, frame: Any) -> None:
+            try:
+                handler(signum, frame)
+            except BaseException as exc:
+                raised.append(exc)
+                raise KeyboardInterrupt from exc
+        return carry
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    handlers = {sig: handler for sig, handler in handlers.items() if callable(handler)}
+    for sig, handler in handlers.items():
+        signal.signal(sig, carried(handler))
+    try:
+        return call(*args, **kwargs)
+    except KeyboardInterrupt:
+        if raised:
+            raise raised[0] from None
+        raise
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
 class RayExecutor:
     """Runs tasks in shards on a Ray cluster; `settings` are the LocalExecutor's inside each shard."""
 
@@ -113,10 +150,10 @@ class RayExecutor:
                 submit(tasks[start:start + size], 1)
             log.info("ray: %d jobs in %d shards of up to %d, %d at once", len(tasks), len(running), size, slots)
             while running:
-                [ref], _ = _signals_surface(ray.wait, list(running), num_returns=1)
+                [ref], _ = _interruptible(ray.wait, list(running), num_returns=1)
                 shard, attempt = running.pop(ref)
                 try:
-                    outcomes = _signals_surface(ray.get, ref)
+                    outcomes = _interruptible(ray.get, ref)
                 except ray.exceptions.RayError as exc:
                     error = f"Ray shard failed: {first_line(exc)}"
                     if attempt <= self.retries:

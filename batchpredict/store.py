@@ -1,4 +1,4 @@
-"""The model store (DESIGN §1): finds each IP's artefacts, never outside the store."""
+"""The model store (docs/design.md §1): finds each IP's artefacts, never outside the store."""
 from __future__ import annotations
 
 import json

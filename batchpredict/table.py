@@ -89,7 +89,7 @@ def _read_long(frame: pd.DataFrame, path: str) -> list[Series]:
 
 
 def _order_key(stamps: pd.Series) -> pd.Series:
-    """Dates when all parse as dates, numbers when all are numbers, else text (DESIGN §1)."""
+    """Dates when all parse as dates, numbers when all are numbers, else text (docs/design.md §2)."""
     numbers = pd.to_numeric(stamps, errors="coerce")
     if numbers.notna().all():
         return numbers

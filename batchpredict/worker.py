@@ -1,4 +1,4 @@
-"""One prediction job (the per-IP algorithm), run inside an isolated worker process."""
+"""One prediction job (the per-IP algorithm, docs/design.md §3), run inside an isolated worker process."""
 from __future__ import annotations
 
 import math

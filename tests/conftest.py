@@ -17,6 +17,7 @@ import pytest
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
+from batchpredict import RunOptions, predict_table
 from batchpredict.features import split_window
 from leanprobe import POISONS  # noqa: F401 - the tests take it from here
 
@@ -169,6 +170,17 @@ def read_out(path: Path) -> pd.DataFrame:
     numeric = [c for c in frame.columns if c not in text]
     frame[numeric] = frame[numeric].apply(lambda col: pd.to_numeric(col.replace("", np.nan)))
     return frame
+
+
+@pytest.fixture(scope="session")
+def clean_run(base_store: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """The base store scored as it is, strict isolation, 2 workers: the reference every test that
+    compares against an untouched run reads, computed once."""
+    tmp = tmp_path_factory.mktemp("clean")
+    data = {ip: series_for(ip) for ip in BASE_IPS}
+    table, out = wide_table(tmp / "stats.csv", data), tmp / "anomalies.csv"
+    frame = predict_table(str(table), str(base_store), out=str(out), options=RunOptions(workers=2, jobs_per_worker=1))
+    return SimpleNamespace(data=data, table=table, out=out, frame=frame)
 
 
 @pytest.fixture(scope="session")

@@ -58,18 +58,6 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
     assert ok["anomaly"].isin(["true", "false"]).all() and ok["severity"].isin(["normal", "warning", "critical"]).all()
 
 
-def test_short_series_in_long_layout_is_insufficient(store, tmp_path):
-    path = tmp_path / "long.csv"
-    rows = [f"{BASE_IPS[0]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[0])[:24])]
-    rows += [f"{BASE_IPS[1]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[1]))]
-    path.write_text("ip,timestamp,value\n" + "\n".join(rows) + "\n")
-    done = run_cli("predict", "--data", path, "--models", store, "--out", tmp_path / "a.csv")
-    assert done.returncode == 0, done.stderr
-    frame = read_out(tmp_path / "a.csv")
-    assert list(frame["status"]) == ["insufficient_data", "ok"]
-    assert "need 21" in frame["error"][0]
-
-
 @pytest.mark.parametrize("args, message", [
     (["--data", "{tmp}/missing.csv"], "table not found"),
     (["--models", "{tmp}/nostore"], "model store not found"),

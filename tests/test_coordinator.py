@@ -35,11 +35,9 @@ def check_against_numpy(frame, store, data):
         assert row["anomaly"] == ("true" if outside else "false")
 
 
-def test_wide_matches_numpy(store, tmp_path):
-    data = {ip: series_for(ip) for ip in BASE_IPS}
-    frame = predict_table(str(wide_table(tmp_path / "t.csv", data)), str(store))
-    check_against_numpy(frame, store, data)
-    assert list(frame["ip"]) == BASE_IPS
+def test_wide_matches_numpy(clean_run, base_store):
+    check_against_numpy(clean_run.frame, base_store, clean_run.data)
+    assert list(clean_run.frame["ip"]) == BASE_IPS
 
 
 def test_long_layout_in_any_row_order_and_exact_25_values(store, tmp_path):
@@ -54,8 +52,18 @@ def test_long_layout_in_any_row_order_and_exact_25_values(store, tmp_path):
     assert set(frame["timestamp"]) == {"2026-01-02T00:00"}
 
 
-def test_every_ok_row_ran_in_its_own_process(store, table):
-    frame = predict_table(str(table), str(store), options=RunOptions(workers=2, jobs_per_worker=1))
+def test_short_series_in_long_layout_is_insufficient(base_store, tmp_path):
+    path = tmp_path / "long.csv"
+    rows = [f"{BASE_IPS[0]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[0])[:24])]
+    rows += [f"{BASE_IPS[1]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[1]))]
+    path.write_text("ip,timestamp,value\n" + "\n".join(rows) + "\n")
+    frame = predict_table(str(path), str(base_store))
+    assert list(frame["status"]) == ["insufficient_data", "ok"]
+    assert "need 21" in frame["error"][0]
+
+
+def test_every_ok_row_ran_in_its_own_process(clean_run):
+    frame = clean_run.frame  # strict isolation: one job per worker
     pids = frame["worker_pid"].tolist()
     assert len(set(pids)) == len(BASE_IPS) and os.getpid() not in pids
     assert (frame["worker_peak_rss_mib"] > 0).all()

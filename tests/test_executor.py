@@ -19,17 +19,6 @@ RESULT_COLUMNS = ["ip", "timestamp", "observed", "predicted", "lower_2std", "upp
                   "status"]
 
 
-@pytest.fixture(scope="session")
-def clean_run(base_store, tmp_path_factory):
-    from conftest import series_for, wide_table
-
-    tmp = tmp_path_factory.mktemp("clean")
-    table = wide_table(tmp / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
-    done = run_cli("predict", "--data", table, "--models", base_store, "--out", tmp / "a.csv")
-    assert done.returncode == 0, done.stderr
-    return read_out(tmp / "a.csv")
-
-
 def poison_scaler(store, kind):
     joblib.dump(Poison(POISONS[kind]), store / "sc" / f"{VICTIM}.save")
 
@@ -41,17 +30,19 @@ def poison_model(store, data: bytes):
 
 SLOW = pytest.mark.slow
 FAULTS = [
-    # (poison, extra args, status, error fragment); the fast few stay in the default suite.
+    # (poison, extra args, status, error fragment). A crash (with its retry) stays in the default suite;
+    # the other cases are slow, and their statuses are met there too (every_status_run, test_loading).
     pytest.param(lambda s: poison_scaler(s, "sigsegv"), [], "crashed", "SIGSEGV", id="sigsegv"),
     pytest.param(lambda s: poison_scaler(s, "sigkill"), [], "crashed", "SIGKILL: possibly out of memory",
                  id="sigkill", marks=SLOW),
     pytest.param(lambda s: poison_scaler(s, "exit0"), [], "crashed", "exited with code 0", id="exit0", marks=SLOW),
-    pytest.param(lambda s: poison_scaler(s, "raise"), [], "load_error", "ZeroDivisionError", id="raise"),
+    pytest.param(lambda s: poison_scaler(s, "raise"), [], "load_error", "ZeroDivisionError", id="raise", marks=SLOW),
     pytest.param(lambda s: poison_scaler(s, "hang"), ["--timeout", "4"], "timeout", "within 4 s", id="hang",
                  marks=SLOW),
     pytest.param(lambda s: poison_scaler(s, "hog"), ["--max-worker-memory", "1GiB"], "memory_exceeded",
                  "over the cap", id="hog", marks=SLOW),
-    pytest.param(lambda s: poison_model(s, lambda b: b[: len(b) // 3]), [], "load_error", VICTIM, id="truncated"),
+    pytest.param(lambda s: poison_model(s, lambda b: b[: len(b) // 3]), [], "load_error", VICTIM, id="truncated",
+                 marks=SLOW),
     pytest.param(lambda s: poison_model(s, os.urandom(4096)), [], "load_error", VICTIM, id="random", marks=SLOW),
 ]
 
@@ -69,7 +60,8 @@ def test_fault_table(store, table, tmp_path, clean_run, poison, args, status, fr
     assert victim["status"] == status and fragment in victim["error"], victim["error"]
     assert victim["attempts"] == (2 if status == "crashed" else 1)
     others = frame[frame["ip"] != VICTIM][RESULT_COLUMNS].reset_index(drop=True)
-    expected = clean_run[clean_run["ip"] != VICTIM][RESULT_COLUMNS].reset_index(drop=True)
+    clean = read_out(clean_run.out)
+    expected = clean[clean["ip"] != VICTIM][RESULT_COLUMNS].reset_index(drop=True)
     pd.testing.assert_frame_equal(others, expected, check_exact=True)
     if status == "memory_exceeded":
         assert victim["worker_peak_rss_mib"] > 1024

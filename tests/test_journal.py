@@ -72,10 +72,8 @@ def test_lock_is_exclusive_and_never_stale(tmp_path):
         pass
 
 
-def test_sigterm_mid_run_then_resume(store, table, tmp_path):
-    out = tmp_path / "a.csv"
-    reference = tmp_path / "ref.csv"
-    assert run_cli("predict", "--data", table, "--models", store, "--out", reference).returncode == 0
+def test_sigterm_mid_run_then_resume(store, tmp_path, clean_run):
+    table, out = clean_run.table, tmp_path / "a.csv"
     journal = Path(str(out) + ".journal")
     run = start_cli("--data", table, "--models", store, "--out", out, "--workers", "1")
     wait_for(lambda: len(journal_results(journal)) >= 3)
@@ -90,7 +88,7 @@ def test_sigterm_mid_run_then_resume(store, table, tmp_path):
     assert done.returncode == 0, done.stderr
     summary = json.loads(Path(str(out) + ".summary.json").read_text())
     assert summary["jobs_run"] == len(BASE_IPS) - len(first)  # no IP run twice
-    pd.testing.assert_frame_equal(read_out(out).drop(columns=TIMING), read_out(reference).drop(columns=TIMING))
+    pd.testing.assert_frame_equal(read_out(out).drop(columns=TIMING), read_out(clean_run.out).drop(columns=TIMING))
     assert not journal.exists()
 
 

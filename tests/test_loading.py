@@ -101,8 +101,13 @@ REAL_MODELS = {
 @pytest.fixture(scope="module")
 def real_store(tmp_path_factory):
     """The real files copied into a temporary store (never into the project); (store, table, refs)."""
-    if not REAL.is_dir():
-        pytest.skip(f"{REAL} is absent")
+    wanted = [*REAL_MODELS, REAL_SCALER]
+    missing = [name for name in wanted if not (REAL / name).is_file()]
+    if missing:
+        pytest.skip(f"needs the real model files in {REAL} (the team's shared folder beside the clone, or set "
+                    "BATCHPREDICT_SHARED to a folder holding fixtures/real-models); missing: "
+                    + (f"all {len(wanted)}" if len(missing) == len(wanted) else ", ".join(missing))
+                    + "; each is <owner>__<repository>__<path> of a public GitHub repository")
     tmp = tmp_path_factory.mktemp("real")
     store, data, references = tmp / "store", {}, []
     (store / "model").mkdir(parents=True)

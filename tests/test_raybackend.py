@@ -23,7 +23,8 @@ from batchpredict.raybackend import INSTALL_HINT, default_shard_size, run_shard
 from batchpredict.worker import run_job
 from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli, series_for, wide_table
 
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (batchpredict[ray])")
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                               reason="needs the ray package (pip install 'batchpredict[ray]'; make install includes it)")
 TIMING = ["duration_ms", "worker_pid", "worker_peak_rss_mib"]
 NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}  # the head and its clients agree on no token
 
@@ -173,27 +174,57 @@ def test_joins_an_existing_cluster_and_leaves_it_running(ray_head, store, table,
 @pytest.mark.timeout(300)
 def test_sigterm_keeps_the_journal_and_leaves_no_process(store, table, tmp_path):
     joblib.dump(Poison(POISONS["hang"]), store / "sc" / f"{BASE_IPS[0]}.save")
-    out, err = tmp_path / "a.csv", tmp_path / "stderr"
-    with open(err, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--data", str(table), "--models",
-                                 str(store), "--out", str(out), "--backend", "ray", "--workers", "1"],
-                                stdout=subprocess.DEVNULL, stderr=stderr)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _shard_running(proc.pid):
-        time.sleep(0.5)
-    assert _shard_running(proc.pid), err.read_text()
-    descendants = _descendants(proc.pid)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 128 + signal.SIGTERM, err.read_text()
-    said = err.read_text()
-    assert "stopped by SIGTERM; journal kept" in said and "Traceback" not in said
-    assert (tmp_path / "a.csv.journal").exists() and not out.exists()
-    _, alive = psutil.wait_procs(descendants, timeout=30)
-    assert not alive, [_cmdline(p)[:80] for p in alive]
+    out, output = tmp_path / "a.csv", tmp_path / "output"
+    # SIGUSR1 makes the run print every thread's stack: where it was when it did not stop.
+    code = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+            "from batchpredict.cli import main; sys.exit(main(sys.argv[1:]))")
+    with open(output, "w") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", code, "predict", "--data", str(table), "--models", str(store),
+                                 "--out", str(out), "--backend", "ray", "--workers", "1"],
+                                stdout=sink, stderr=subprocess.STDOUT)
+    descendants: list[psutil.Process] = []
+
+    def what_happened() -> str:
+        """Everything a failure needs to be understood from the log alone."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+        files = sorted(p.name for p in tmp_path.iterdir())
+        left = {p.pid: p for p in [*descendants, *_descendants(proc.pid)] if p.is_running()}
+        return (f"exit code {proc.poll()}; files {files}; processes left:\n  "
+                + "\n  ".join(map(_describe, left.values())) + f"\noutput:\n{output.read_text()}")
+
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _shard_running(proc.pid):
+            time.sleep(0.5)
+        descendants = _descendants(proc.pid)
+        assert _shard_running(proc.pid), what_happened()
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(60)
+        assert proc.returncode == 128 + signal.SIGTERM, what_happened()
+        said = output.read_text()
+        assert "stopped by SIGTERM; journal kept" in said and "Traceback" not in said, what_happened()
+        assert (tmp_path / "a.csv.journal").exists() and not out.exists(), what_happened()
+        _, alive = psutil.wait_procs(descendants, timeout=30)
+        assert not alive, what_happened()
+    finally:  # a failed run must not leave its Ray instance to the tests after it
+        for process in [proc, *descendants]:
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                process.kill()
+        proc.wait(30)
 
 
 def _shard_running(pid: int) -> bool:
     return any(_cmdline(p).startswith("ray::run_shard") for p in _descendants(pid))
+
+
+def _describe(process: psutil.Process) -> str:
+    try:
+        return f"{process.pid} (parent {process.ppid()}, {process.status()}): {_cmdline(process)[:120]}"
+    except psutil.Error:
+        return f"{process.pid}: gone"
 
 
 def _cmdline(process: psutil.Process) -> str:

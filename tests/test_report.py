@@ -116,7 +116,7 @@ def rendered_body(page: Path, tmp_path: Path) -> dict[str, str]:
     return dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
 @pytest.mark.timeout(200)
 def test_chromium_loads_every_image_without_js_errors(report, tmp_path):
     _, out, page = report

@@ -26,6 +26,8 @@ def sine(ip: str, length: int = 360) -> np.ndarray:
     return 500 + 200 * np.sin(2 * np.pi * t / 24 + rng.uniform(0, 6)) + rng.normal(0, 10, length)
 
 
+# Training LSTMs takes minutes of CPU: the tests that train are slow (CI runs them); the default suite
+# keeps the ones that do not.
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train")
@@ -36,6 +38,7 @@ def trained(tmp_path_factory):
     return tmp, history, store
 
 
+@pytest.mark.slow
 def test_trained_store_predicts_ok_and_beats_naive(trained):
     tmp, history, store = trained
     report = pd.read_csv(store / "train_report.csv")
@@ -53,6 +56,7 @@ def test_trained_store_predicts_ok_and_beats_naive(trained):
         assert row.holdout_loss < naive, (row.ip, row.holdout_loss, naive)
 
 
+@pytest.mark.slow
 def test_same_seed_same_std(trained, tmp_path):
     _, history, store = trained
     again = tmp_path / "store"
@@ -64,6 +68,7 @@ def test_same_seed_same_std(trained, tmp_path):
     assert second == {IPS[0]: first[IPS[0]]}
 
 
+@pytest.mark.slow
 def test_killed_trainer_leaves_the_store_intact(trained, tmp_path):
     _, history, store = trained
     stds = (store / "std" / "std.json").read_text()

@@ -12,7 +12,7 @@ import signal
 ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 if os.environ.get("BATCHPREDICT_DEVICE", "cpu") == "cpu":
-    # These models are tiny; a GPU context costs seconds per process.
+    # These models are tiny; a GPU context costs seconds per process (docs/design.md §6).
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
 else:
     os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
@@ -22,5 +22,5 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 for _threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
 # oneDNN's primitive set-up costs more than it saves on one small window per process:
-# ~300 -> ~210 ms median per job on the bundled LSTMs (docs/performance.md).
+# ~300 -> ~210 ms median per job on the bundled LSTMs (docs/performance.md, "What each change bought").
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
