@@ -85,7 +85,7 @@ def main() -> None:
     reference = seed["predictions"]
     for run in runs.values():
         predictions = run.pop("predictions")
-        run["max_abs_diff_vs_seed"] = max(abs(predictions[ip] - reference[ip]) for ip in reference)
+        run["max_abs_diff_vs_seed"] = max(abs(predictions[ip] - reference[ip]) for ip in predictions.keys() & reference)
     results = {
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)},
