@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from . import logs
 from .errors import BatchPredictError
-from .job import Params, Status
+from .job import ENGINES, Params, Status
 
 log = logging.getLogger("batchpredict")
 
@@ -72,7 +72,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_engine_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=["auto", "numpy", "keras"], default="auto",
+    parser.add_argument("--engine", choices=ENGINES, default="auto",
                         help="who computes the forward pass: auto (default: numpy wherever it supports the model, "
                              "else TensorFlow), numpy (an unsupported model is a load_error) or keras (TensorFlow)")
 

@@ -20,9 +20,8 @@ import pandas as pd
 from . import export
 from .backend import make_executor
 from .errors import Interrupted, JobError, UsageError
-from .job import Job, Params, Result, RunOptions, Status
+from .job import ENGINES, Job, Params, Result, RunOptions, Status
 from .journal import Journal, Lock, fingerprint
-from .loading import ENGINES
 from .store import MODEL_SUFFIXES, Store
 from .table import read_table
 from .worker import run_job

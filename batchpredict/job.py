@@ -41,6 +41,9 @@ class Params:
     sigmas: tuple[float, float] = (2.0, 4.0)
 
 
+ENGINES = ("auto", "numpy", "keras")  # RunOptions.engine: who computes the forward pass
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a run is executed (the algorithm's knobs are Params)."""
@@ -55,7 +58,7 @@ class RunOptions:
     layout: str | None = None
     ray_address: str | None = None  # ray backend: None starts a local Ray; "auto" or "ray://host:10001" join one
     shard_size: int | None = None   # ray backend: IPs per Ray task; None sizes them from the cluster
-    engine: str = "auto"            # "auto", "numpy" or "keras": who computes the forward pass
+    engine: str = "auto"            # one of ENGINES
 
 
 @dataclass

@@ -24,8 +24,6 @@ import numpy as np
 from .errors import JobError, Unsupported, first_line
 from .job import Status
 
-ENGINES = ("auto", "numpy", "keras")
-
 _KERAS_VERSION = re.compile(rb'"keras_version":\s*"([^"]+)"')
 
 
@@ -124,12 +122,12 @@ def load_model(path: str, engine: str = "auto", lean: bool = False) -> LoadedMod
     try:
         return _load_numpy(path)
     except Unsupported as exc:
+        if lean and engine == "auto":
+            raise  # the TensorFlow pool words it and opens the file again
         fmt = describe(path)
         if engine == "numpy":
             raise JobError(Status.LOAD_ERROR, f"{os.path.basename(path)}: {fmt}: numpy engine: {exc} "
                                               "(--engine auto runs it with TensorFlow)") from None
-        if lean:
-            raise
         try:
             loaded = _load_tf(path, fmt)
         except JobError as err:
