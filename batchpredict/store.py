@@ -23,11 +23,15 @@ class Artefacts:
 
 
 class Store:
+    """The store's folders are listed once: a lookup is then a set membership, not a stat per file."""
+
     def __init__(self, root: str) -> None:
         if not os.path.isdir(root):
             raise UsageError(f"model store not found: {root}")
         self.root = os.path.realpath(root)
         self.stds = _read_stds(os.path.join(self.root, "std", "std.json"))
+        self._models = _Folder(self.root, "model")
+        self._scalers = _Folder(self.root, "sc")
 
     def check_ip(self, ip: str) -> None:
         if not ip:
@@ -35,19 +39,15 @@ class Store:
         if len(ip) > 255 or not IP_PATTERN.fullmatch(ip):
             raise JobError(Status.INVALID_INPUT, f"invalid IP id {ip[:80]!r}: expected [A-Za-z0-9][A-Za-z0-9._:-]*, at most 255 chars")
 
-    def _inside(self, *parts: str) -> str:
-        path = os.path.join(self.root, *parts)
-        if os.path.commonpath([self.root, os.path.realpath(path)]) != self.root:
-            raise JobError(Status.INVALID_INPUT, f"{os.path.join(*parts)} resolves outside the store")
-        return path
-
     def model_candidates(self, ip: str) -> list[str]:
         """Every model artefact present for `ip`, relative to the store."""
+        folder = self._models
         found = []
-        for rel in [os.path.join("model", ip + s) for s in MODEL_SUFFIXES] + [os.path.join("model", ip)]:
-            path = self._inside(rel)
-            if (rel.endswith(MODEL_SUFFIXES) and os.path.isfile(path)) or os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
-                found.append(rel)
+        for name in [ip + s for s in MODEL_SUFFIXES] + [ip]:
+            folder.check_inside(name)
+            if ((name.endswith(MODEL_SUFFIXES) and name in folder.files)
+                    or (name in folder.dirs and os.path.isfile(os.path.join(folder.path, name, SAVED_MODEL_FILE)))):
+                found.append(os.path.join(folder.name, name))
         return found
 
     def model(self, ip: str) -> str:
@@ -61,8 +61,10 @@ class Store:
 
     def scaler(self, ip: str) -> str:
         """The IP's scaler relative to the store, or JobError(no_model)."""
-        rel = os.path.join("sc", ip + ".save")
-        if not os.path.isfile(self._inside(rel)):
+        name = ip + ".save"
+        self._scalers.check_inside(name)
+        rel = os.path.join(self._scalers.name, name)
+        if name not in self._scalers.files:
             raise JobError(Status.NO_MODEL, f"no scaler {rel}")
         return rel
 
@@ -106,3 +108,36 @@ def _read_stds(path: str) -> dict:
     if not isinstance(data, dict):
         raise UsageError(f"{path} must hold a JSON object {{\"<ip>\": <std>, ...}}")
     return data
+
+
+class _Folder:
+    """One folder of the store as listed when the run starts: its files and directories by name (symlinks
+    followed, as os.path.isfile does), and the names whose path resolves outside the store."""
+
+    def __init__(self, root: str, name: str) -> None:
+        self.name = name
+        self.path = os.path.join(root, name)
+        self.files: set[str] = set()
+        self.dirs: set[str] = set()
+        self._escaping: set[str] = set()
+        # A folder that is itself a link out of the store takes every path in it along.
+        self._outside = _outside(root, self.path)
+        try:
+            with os.scandir(self.path) as entries:
+                for entry in entries:
+                    if entry.is_symlink() and _outside(root, entry.path):
+                        self._escaping.add(entry.name)
+                    if entry.is_file():
+                        self.files.add(entry.name)
+                    elif entry.is_dir():
+                        self.dirs.add(entry.name)
+        except OSError:  # missing, not a folder, unreadable: nothing in it, as os.path.isfile would say
+            pass
+
+    def check_inside(self, name: str) -> None:
+        if self._outside or name in self._escaping:
+            raise JobError(Status.INVALID_INPUT, f"{os.path.join(self.name, name)} resolves outside the store")
+
+
+def _outside(root: str, path: str) -> bool:
+    return os.path.commonpath([root, os.path.realpath(path)]) != root

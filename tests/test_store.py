@@ -59,7 +59,8 @@ def test_missing_pieces_are_no_model(root):
     assert status_of(store, "zz")[0] == "no_model"
     assert "scaler" in status_of(store, "c")[1]
     (root / "sc" / "c.save").write_bytes(b"")
-    assert "std.json" in status_of(store, "c")[1]
+    assert "scaler" in status_of(store, "c")[1]  # the store was listed when it was opened
+    assert "std.json" in status_of(Store(str(root)), "c")[1]
 
 
 def test_bad_std_value_is_load_error(root):
