@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     predict = commands.add_parser("predict", help="score every IP of a stats table")
-    predict.add_argument("--data", required=True, help="stats table (CSV, wide or long)")
+    predict.add_argument("--data", required=True, help="stats table (CSV or Parquet, wide or long)")
     predict.add_argument("--models", required=True, help="model store folder")
     predict.add_argument("--out", required=True, help="anomalies CSV to write")
     predict.add_argument("--jobs-per-worker", type=positive_int, default=1,
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.set_defaults(func=cmd_predict)
 
     train = commands.add_parser("train", help="train one model per IP into the store")
-    train.add_argument("--data", required=True, help="history table (CSV, wide or long)")
+    train.add_argument("--data", required=True, help="history table (CSV or Parquet, wide or long)")
     train.add_argument("--models", required=True, help="model store folder (created if missing)")
     train.add_argument("--format", choices=["h5", "keras", "savedmodel"], default="h5")
     train.add_argument("--epochs", type=positive_int, default=30)
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .coordinator import predict_table
+    from .coordinator import predict
     from .job import RunOptions
     from .metrics import write_metrics
     from .progress import Progress
@@ -158,7 +158,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     started = time.time()
     try:
         with Progress(enabled=not args.quiet, interval=args.progress_interval) as progress:
-            frame = predict_table(args.data, args.models, args.out,
+            info = predict(args.data, args.models, args.out,
                                   Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas),
                                   RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker,
                                              timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
@@ -170,7 +170,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see
             write_metrics(args.metrics_file, None, exc.exit_code, started)
         raise
-    info = frame.attrs["summary"]
     logs.final.info(f"batchpredict: {info['ips']} IPs in {info['wall_s']:.1f} s ({info['jobs_per_s'] or 0:.1f} "
                     f"jobs/s) -> {args.out}: " + _counts(info["status"]) + "; severity: "
                     + (_counts(info["severity"]) or "none"), extra={"fields": {"event": "summary", **info}})

@@ -1,6 +1,8 @@
 """Walks the stats table, hands each IP to the executor, and writes the flags.
 
-The coordinator never imports TensorFlow: its memory stays flat however many jobs run.
+The table streams: jobs start as soon as the first chunk of it is planned, while the rest is read.
+The coordinator holds the jobs in flight and each finished IP's row as CSV text; it never imports
+TensorFlow, so its memory stays flat however many jobs run.
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import sys
 import threading
 import time
 from importlib import metadata
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
+import numpy as np
 import pandas as pd
 
 from . import export
@@ -23,7 +26,7 @@ from .errors import Interrupted, JobError, UsageError
 from .job import ENGINES, Job, Params, Result, RunOptions, Status
 from .journal import Journal, Lock, fingerprint
 from .store import MODEL_SUFFIXES, Store
-from .table import read_table
+from .table import Series, Table
 from .worker import run_job
 
 log = logging.getLogger("batchpredict")
@@ -37,31 +40,80 @@ def check_params(params: Params) -> None:
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
 
 
-def plan(data: str, models: str, params: Params, layout: str | None, engine: str = "auto"
-         ) -> tuple[list[str], dict[str, Result], list[Job]]:
-    """(IPs in table order, rows settled without a worker, jobs to run)."""
-    if engine not in ENGINES:
-        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    store = Store(models)
-    order, settled, jobs = [], {}, []
-    for series in read_table(data, layout):
-        order.append(series.ip)
-        label = series.labels[-1] if series.labels else ""
+class Plan:
+    """Turns the table's series into rows settled at once and jobs, as the executor asks for jobs.
+
+    `done` holds the journal's results of an earlier run (--resume): those IPs take them, run nothing.
+    """
+
+    def __init__(self, table: Table, store: Store, params: Params, engine: str, rows: export.Rows) -> None:
+        if engine not in ENGINES:
+            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
+        self.done: dict[str, Result] = {}
+        self.running: dict[str, int] = {}  # IP -> table position of each job handed out and not finished
+        self.jobs = 0      # handed out
+        self.started = 0.0  # when the first was (time.monotonic)
+        self.cpu_s = 0.0    # CPU time spent reading and planning the table
+
+    def jobs_of(self, chunks: Iterable[list[Series]]) -> Iterator[Job | None]:
+        """Each job once planned; None after each chunk, so that the executor looks at its workers."""
+        cpu = time.process_time()
+        for chunk in chunks:
+            for series in chunk:
+                job = self._plan(series)
+                if job is not None:
+                    self.running[job.ip] = series.position
+                    self.jobs += 1
+                    self.started = self.started or time.monotonic()
+                    self.cpu_s += time.process_time() - cpu
+                    yield job
+                    cpu = time.process_time()
+            self.cpu_s += time.process_time() - cpu
+            yield None
+            cpu = time.process_time()
+        self.cpu_s += time.process_time() - cpu
+
+    def finish(self, result: Result) -> None:
+        self.rows.put(self.running.pop(result.ip), result)
+
+    def settle_duplicates(self) -> None:
+        """An IP found again later in a wide table: its first row becomes invalid_input, job or not."""
+        for ip in self.table.duplicates:
+            self._settle(Series(ip, self.table.labels, np.empty(0), self.table.duplicate_problem(ip),
+                                self.table.position(ip)), self._check_problem)
+
+    def _plan(self, series: Series) -> Job | None:
+        if series.ip in self.done:
+            self.rows.put(series.position, self.done.pop(series.ip))
+            return None
+        if series.ip in self.table.duplicates:
+            return None  # settled once the whole table is read: the error lists every line
+        return self._settle(series, self._check)
+
+    def _settle(self, series: Series, check: Callable[[Series], Job | None]) -> Job | None:
         try:
-            if series.problem:
-                store.check_ip(series.ip)
-                raise JobError(Status.INVALID_INPUT, series.problem)
-            found = store.artefacts(series.ip)
-            if not (series.values == series.values).any():  # all NaN: no process needed to say so
-                raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
+            return check(series)
         except JobError as exc:
-            settled[series.ip] = Result(ip=series.ip, status=Status(exc.status), error=str(exc), timestamp=label)
-            continue
+            label = series.labels[-1] if series.labels else ""
+            self.rows.put(series.position, Result(ip=series.ip, status=Status(exc.status), error=str(exc),
+                                                  timestamp=label))
+            return None
+
+    def _check_problem(self, series: Series) -> None:
+        self.store.check_ip(series.ip)
+        raise JobError(Status.INVALID_INPUT, series.problem)
+
+    def _check(self, series: Series) -> Job:
+        if series.problem:
+            self._check_problem(series)
+        found = self.store.artefacts(series.ip)
+        if np.isnan(series.values).all():  # no process needed to say so
+            raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
         # The numpy engine reads files; a SavedModel directory goes straight to the TensorFlow pool.
-        lean = engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
-        jobs.append(Job(series.ip, series.labels, series.values.tolist(), store.root, found.model,
-                        found.scaler, found.std, params, engine, "lean" if lean else "full"))
-    return order, settled, jobs
+        lean = self.engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
+        return Job(series.ip, series.labels, series.values.tolist(), self.store.root, found.model, found.scaler,
+                   found.std, self.params, self.engine, "lean" if lean else "full")
 
 
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
@@ -70,50 +122,89 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
                   on_start: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Score every IP of the table; with `out`, also write the CSV, its summary and a journal.
 
-    `on_start(jobs)` is told how many jobs will run, `on_result(result)` gets each as it finishes.
+    Returns the output as a DataFrame, its summary in `.attrs["summary"]`. `on_start(jobs)` is told
+    how many jobs run once the whole table is planned (some may have finished by then), and
+    `on_result(result)` gets each job's result as it finishes.
     """
+    rows = export.Rows(params.sigmas, cells=True)
+    info = _run(data, models, out, params, options, rows, on_result, on_start)
+    frame = rows.frame()
+    frame.attrs["summary"] = info
+    return frame
+
+
+def predict(data: str, models: str, out: str, params: Params = Params(), options: RunOptions = RunOptions(),
+            on_result: Callable[[Result], None] | None = None,
+            on_start: Callable[[int], None] | None = None) -> dict:
+    """predict_table for the command line: the output goes only to `out`; returns the summary."""
+    return _run(data, models, out, params, options, export.Rows(params.sigmas), on_result, on_start)
+
+
+def _run(data: str, models: str, out: str | None, params: Params, options: RunOptions, rows: export.Rows,
+         on_result: Callable[[Result], None] | None, on_start: Callable[[int], None] | None) -> dict:
     check_params(params)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
-        order, results, jobs = plan(data, models, params, options.layout, options.engine)
+        store = Store(models)
+        table = Table(data, options.layout)
+        chunks = table.chunks()
+        first = next(chunks)  # an unreadable or empty table stops the run before anything is written
         executor = make_executor(options)
+        plan = Plan(table, store, params, options.engine, rows)
         journal = None
         if out:
             stack.enter_context(Lock(out + ".lock"))
             settings = {"params": [params.rolling, params.window, list(params.sigmas)], "layout": options.layout}
             journal = Journal(out + ".journal", fingerprint(data, models, settings))
-            done = journal.open(options.resume)
+            plan.done = journal.open(options.resume)
             stack.callback(journal.close, remove=False)
-            results.update(done)
-            if done:
-                log.info("resuming: %d of %d jobs already done", len(done), len(jobs))
-            jobs = [job for job in jobs if job.ip not in done]
-        if on_start:
-            on_start(len(jobs))
-        for result in executor.run(run_job, jobs):
-            for line in result.log:
-                log.info(line)
-            for line in result.debug:
-                log.debug(line)
-            results[result.ip] = result
+            if plan.done:
+                log.info("resuming: %d jobs already done", len(plan.done))
+
+        def tasks() -> Iterator[Job | None]:
+            yield from plan.jobs_of(_chain(first, chunks))
+            if on_start:
+                on_start(plan.jobs)
+
+        try:
+            for result in executor.run(run_job, tasks()):
+                for line in result.log:
+                    log.info(line)
+                for line in result.debug:
+                    log.debug(line)
+                plan.finish(result)
+                if journal:
+                    journal.append(result)
+                if on_result:
+                    on_result(result)
+        except UsageError:  # the table turned out unreadable further on: nothing is kept
             if journal:
-                journal.append(result)
-            if on_result:
-                on_result(result)
-        ordered = [results[ip] for ip in order]
-        info = export.summary(ordered, len(jobs), time.monotonic() - started,
-                              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                journal.close(remove=True)
+            raise
+        plan.settle_duplicates()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        info = export.summary(rows.counts(), plan.jobs, time.monotonic() - started, usage.ru_maxrss / 1024,
                               backend=executor.name, workers=options.workers,
                               jobs_per_worker=options.jobs_per_worker, engine=options.engine,
-                              versions=versions())
+                              timings=_timings(plan, started, cpu), versions=versions())
         if out:
-            export.write_csv(ordered, params.sigmas, out)
+            rows.write_csv(out)
             export.write_summary(out + ".summary.json", info)
             journal.close(remove=True)
-    frame = export.to_frame(ordered, params.sigmas)
-    frame.attrs["summary"] = info
-    return frame
+    return info
+
+
+def _chain(first: list[Series], rest: Iterator[list[Series]]) -> Iterator[list[Series]]:
+    yield first
+    yield from rest
+
+
+def _timings(plan: Plan, started: float, cpu: float) -> dict:
+    """Where the coordinator's time went: to the first job, reading and planning the table, in all."""
+    return {"first_job_s": round(plan.started - started, 3) if plan.jobs else None,
+            "plan_cpu_s": round(plan.cpu_s, 3),
+            "coordinator_cpu_s": round(time.process_time() - cpu, 3)}
 
 
 @contextlib.contextmanager
@@ -138,7 +229,7 @@ def versions() -> dict[str, str]:
     """Installed versions, read from package metadata: importing TensorFlow here is not allowed."""
     found = {"python": sys.version.split()[0]}
     for name in ("batchpredict", "tensorflow-cpu", "tensorflow", "keras", "tf-keras", "scikit-learn", "numpy",
-                 "pandas"):
+                 "pandas", "pyarrow"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             found[name] = metadata.version(name)
     return found

@@ -17,14 +17,15 @@ and die with their forkserver (PR_SET_PDEATHSIG), so a killed coordinator leaves
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import pickle
 import re
 import resource
-import tempfile
 import signal
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -32,9 +33,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import multiprocess as mp
 import psutil
-from multiprocess.connection import wait
 
-from .forkserver import Process
+from .forkserver import Process, ready
 from .job import Outcome, Status
 
 log = logging.getLogger("batchpredict")
@@ -42,6 +42,7 @@ log = logging.getLogger("batchpredict")
 MAX_RESULT_BYTES = 16 * 2**20
 EXIT_GRACE_S = 5.0
 _PR_SET_PDEATHSIG = 1
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # TensorFlow's start-up chatter on stderr (absl pre-init INFO lines, CUDA probing on a CPU
@@ -109,8 +110,17 @@ class _Worker:
     batch: list  # [(task, attempts)], the head is the task running now
     deadline: float
     peak_mib: float = 0.0
-    ps: Any = None
     stderr_path: str = ""
+    measured: float = 0.0  # when its RSS was last read (or it started)
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident memory, from /proc as psutil reads it (without psutil's ~0.3 ms a process)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE / 2**20
+    except (OSError, ValueError, IndexError):  # gone already
+        return 0.0
 
 
 class LocalExecutor:
@@ -131,22 +141,34 @@ class LocalExecutor:
         self._started = 0
 
     def run(self, handler: Callable[[Any], Outcome], tasks: Iterable) -> Iterator[Outcome]:
-        """Yield one outcome per task, in completion order."""
-        pending = deque((task, 1) for task in tasks)
+        """Yield one outcome per task, in completion order.
+
+        `tasks` is read as workers come free, so it may be a stream that is still being produced; a
+        None in it is no task, only a moment to look at the workers (a producer with nothing to run yet).
+        """
+        source = iter(tasks)
+        pending: deque = deque()
         stderr_dir = tempfile.TemporaryDirectory(prefix="batchpredict-")
         try:
-            while pending or self._running:
-                while pending and len(self._running) < self.workers:
+            while source is not None or pending or self._running:
+                while len(self._running) < self.workers:
+                    if source is not None and len(pending) < self.jobs_per_worker:
+                        source = self._pull(source, pending)
+                    if not pending:
+                        break
                     self._start(handler, self._take(pending), stderr_dir.name)
-                ready = wait([w.conn for w in self._running.values()]
-                             + [w.process.sentinel for w in self._running.values()], self.poll_interval)
+                if not self._running:
+                    continue
+                found = ready([w.conn for w in self._running.values()]
+                              + [w.process.sentinel for w in self._running.values()]
+                              + [process.sentinel for process, _ in self._departing], self.poll_interval)
                 for key, worker in list(self._running.items()):
-                    yield from self._collect(worker, ready, pending)
-                    verdict = self._check(worker, ready)
+                    yield from self._collect(worker, found, pending)
+                    verdict = self._check(worker, found)
                     if verdict is not None:
                         del self._running[key]
                         yield from self._finish(worker, *verdict, pending)
-                self._reap()
+                self._reap(found)
         finally:
             self.shutdown()
             stderr_dir.cleanup()
@@ -158,16 +180,28 @@ class LocalExecutor:
         self._running.clear()
         self._reap(final=True)
 
-    def _reap(self, final: bool = False) -> None:
-        """Forget workers that have exited; kill those that overstay their grace."""
+    def _reap(self, exited: list = (), final: bool = False) -> None:
+        """Forget workers that have exited (their sentinel in `exited`); kill those that overstay their grace."""
         for entry in list(self._departing):
             process, kill_after = entry
             if final:
                 process.join(max(0.0, kill_after - time.monotonic()))
-            if process.exitcode is None and (final or time.monotonic() > kill_after):
+            elif process.sentinel not in exited and time.monotonic() <= kill_after:
+                continue
+            if process.exitcode is None:
                 self._kill(process)
-            if process.exitcode is not None:
-                self._departing.remove(entry)
+            process.join()
+            self._departing.remove(entry)
+
+    def _pull(self, source: Iterator, pending: deque) -> Iterator | None:
+        """Tasks from `source` until a worker's batch is there or it pauses (None); None once it ends."""
+        for task in source:
+            if task is None:
+                return source
+            pending.append((task, 1))
+            if len(pending) >= self.jobs_per_worker:
+                return source
+        return None
 
     def _take(self, pending: deque) -> list:
         """The next batch: up to K tasks in a row that run in the same pool."""
@@ -187,16 +221,13 @@ class LocalExecutor:
         process = Process(_pool(batch[0][0]), target=serve, args=(writer, handler, tasks, stderr_path), daemon=False)
         process.start()
         writer.close()
-        worker = _Worker(process, reader, batch, time.monotonic() + self.timeout, stderr_path=stderr_path)
-        try:
-            worker.ps = psutil.Process(process.pid)
-        except psutil.NoSuchProcess:
-            pass
-        self._running[reader] = worker
+        now = time.monotonic()
+        self._running[reader] = _Worker(process, reader, batch, now + self.timeout, stderr_path=stderr_path,
+                                        measured=now)
 
-    def _collect(self, worker: _Worker, ready: list, pending: deque) -> Iterator[Outcome]:
+    def _collect(self, worker: _Worker, found: list, pending: deque) -> Iterator[Outcome]:
         """Yield the outcomes the worker has sent, queue the tasks it sent elsewhere; each moves its deadline on."""
-        while worker.batch and worker.conn in ready and worker.conn.poll():
+        while worker.batch and worker.conn in found and ready([worker.conn], 0):
             try:
                 outcome = pickle.loads(worker.conn.recv_bytes())
             except (EOFError, OSError):
@@ -208,13 +239,13 @@ class LocalExecutor:
             else:
                 yield self._stamp(outcome, attempts, worker)
 
-    def _check(self, worker: _Worker, ready: list) -> tuple[Status, str] | None:
+    def _check(self, worker: _Worker, found: list) -> tuple[Status, str] | None:
         """The verdict on a worker that has to go, or None while it may go on."""
         if not worker.batch:
             # Every task answered: the worker exits on its own while the next one starts.
             self._departing.append((worker.process, time.monotonic() + EXIT_GRACE_S))
             return Status.OK, ""
-        if worker.process.sentinel in ready:
+        if worker.process.sentinel in found:
             worker.process.join()
             said = worker_stderr(worker.stderr_path)
             return Status.CRASHED, exit_reason(worker.process.exitcode) + (f"; stderr: {said[-1][:200]}" if said else "")
@@ -224,7 +255,7 @@ class LocalExecutor:
             return Status.MEMORY_EXCEEDED, (f"worker RSS {rss:.0f} MiB over the cap of "
                                             f"{self.max_memory_mib:.0f} MiB (--max-worker-memory); killed")
         # A result waiting in the pipe moves the deadline on at the next collect: no kill for it.
-        if time.monotonic() > worker.deadline and not worker.conn.poll():
+        if time.monotonic() > worker.deadline and not ready([worker.conn], 0):
             self._kill(worker.process)
             return Status.TIMEOUT, f"no result within {self.timeout:g} s (--timeout); worker killed"
         return None
@@ -234,8 +265,11 @@ class LocalExecutor:
         # Results that raced the exit or the kill are taken before any task is blamed.
         yield from self._collect(worker, [worker.conn], pending)
         worker.conn.close()
-        for line in worker_stderr(worker.stderr_path):
-            log.debug("worker %d stderr: %s", worker.process.pid, line)
+        if log.isEnabledFor(logging.DEBUG):
+            for line in worker_stderr(worker.stderr_path):
+                log.debug("worker %d stderr: %s", worker.process.pid, line)
+        with contextlib.suppress(FileNotFoundError):  # a worker that died at once never made it
+            os.unlink(worker.stderr_path)
         if not worker.batch:
             return
         (task, attempts), rest = worker.batch[0], worker.batch[1:]
@@ -252,10 +286,13 @@ class LocalExecutor:
         return outcome
 
     def _rss(self, worker: _Worker) -> float:
-        try:
-            rss = worker.ps.memory_info().rss / 2**20 if worker.ps else 0.0
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            rss = 0.0
+        """The worker's RSS, read once a poll interval from its start: most jobs end before the first reading,
+        and every job reports its own peak."""
+        now = time.monotonic()
+        if now - worker.measured < self.poll_interval:
+            return 0.0
+        worker.measured = now
+        rss = rss_mib(worker.process.pid)
         worker.peak_mib = max(worker.peak_mib, rss)
         return rss
 

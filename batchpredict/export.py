@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import tempfile
-from collections import Counter
-from typing import Any
+from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
-from .job import Result
+from .job import Result, Severity, Status
 
 
 def columns(sigmas: tuple[float, float]) -> list[str]:
@@ -33,37 +34,116 @@ def row(result: Result) -> list[Any]:
             None if result.worker_peak_rss_mib is None else round(result.worker_peak_rss_mib, 1)]
 
 
-def to_frame(results: list[Result], sigmas: tuple[float, float]) -> pd.DataFrame:
-    return pd.DataFrame([row(r) for r in results], columns=columns(sigmas))
-
-
-def write_csv(results: list[Result], sigmas: tuple[float, float], path: str) -> None:
-    write_rows(path, columns(sigmas), [row(r) for r in results])
+def rows(result: Result) -> list[list[Any]]:
+    """The CSV rows of one result."""
+    return [row(result)]
 
 
 def write_rows(path: str, header: list[str], rows: list[list[Any]]) -> None:
     """A CSV written atomically; None is an empty cell, floats keep full precision."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows([["" if cell is None else repr(cell) if isinstance(cell, float) else cell for cell in cells]
-                      for cells in rows])
-    write_atomic(path, buffer.getvalue())
+    text = _Writer()
+    write_atomic(path, [text.render([header]), text.render(rows)])
+
+
+class _Writer:
+    """CSV text of rows: None is an empty cell, floats keep full precision (repr)."""
+
+    def __init__(self) -> None:
+        self._buffer = io.StringIO()
+        self._csv = csv.writer(self._buffer, lineterminator="\n")
+
+    def render(self, rows: list[list[Any]]) -> str:
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        self._csv.writerows([["" if c is None else repr(c) if isinstance(c, float) else c for c in cells]
+                             for cells in rows])
+        return self._buffer.getvalue()
+
+
+_STATUSES = list(Status)
+_SEVERITIES = list(Severity)
+
+
+class Rows:
+    """A run's finished rows by table position, kept small: each IP's rows as CSV text (as cells where a
+    DataFrame is wanted) and the few codes its summary counts, a byte each.
+
+    A position may be put again (an IP found twice in the table): its new row replaces the old one.
+    """
+
+    def __init__(self, sigmas: tuple[float, float], cells: bool = False) -> None:
+        self.header = columns(sigmas)
+        self._cells = cells
+        self._rows: list[Any] = []  # per position: CSV text, or the list of cell rows
+        self._status = bytearray()    # 1 + index in Status; 0 while the position is not finished
+        self._severity = bytearray()  # 1 + index in Severity, 0 for none
+        self._anomaly = bytearray()   # 1 when the IP is an anomaly
+        self._engine = bytearray()    # 1 + index in self._engines, 0 for none
+        self._engines: list[str] = []
+        self._peaks: dict[int, float] = {}  # worker peak RSS (MiB) of the positions that have one
+        self._writer = _Writer()
+
+    def put(self, position: int, result: Result) -> None:
+        missing = position + 1 - len(self._rows)
+        if missing > 0:
+            self._rows += [None] * missing
+            for codes in (self._status, self._severity, self._anomaly, self._engine):
+                codes += bytes(missing)
+        cells = rows(result)
+        self._rows[position] = cells if self._cells else self._writer.render(cells)
+        self._status[position] = 1 + _STATUSES.index(result.status)
+        self._severity[position] = 1 + _SEVERITIES.index(result.severity) if result.severity else 0
+        self._anomaly[position] = bool(result.anomaly)
+        if result.engine and result.engine not in self._engines:
+            self._engines.append(result.engine)
+        self._engine[position] = 1 + self._engines.index(result.engine) if result.engine else 0
+        if result.worker_peak_rss_mib:
+            self._peaks[position] = result.worker_peak_rss_mib
+        else:
+            self._peaks.pop(position, None)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def write_csv(self, path: str) -> None:
+        if 0 in self._status:
+            raise RuntimeError(f"row {self._status.index(0)} of {path} was never finished")
+        render = self._writer.render if self._cells else str
+        write_atomic(path, itertools.chain([self._writer.render([self.header])], map(render, self._rows)))
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([cells for position in self._rows for cells in position], columns=self.header)
+
+    def counts(self) -> dict:
+        """The summary's counts, each in order of first appearance in the table."""
+        peaks = list(self._peaks.values())
+        return {"ips": len(self._rows),
+                "status": _tally(self._status, [s.value for s in _STATUSES]),
+                "severity": _tally(self._severity, [s.value for s in _SEVERITIES]),
+                "anomalies": self._anomaly.count(1),
+                "engines": _tally(self._engine, self._engines),
+                "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None}
+
+
+def _tally(codes: bytearray, names: list[str]) -> dict[str, int]:
+    found, first, counts = np.unique(np.frombuffer(bytes(codes), dtype=np.uint8), return_index=True,
+                                     return_counts=True)
+    return {names[code - 1]: int(count) for _, code, count in sorted(zip(first, found, counts)) if code}
 
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Temporary file + rename in the same folder: a reader never sees half a file."""
+def write_atomic(path: str, text: str | Iterable[str]) -> None:
+    """Temporary file + rename in the same folder: a reader never sees half a file. `text` may come in pieces."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the output from its readers
     try:
         with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
+            fh.writelines([text] if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -72,19 +152,16 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
-def summary(results: list[Result], executed: int, wall_s: float, coordinator_peak_mib: float,
-            **extra: Any) -> dict:
-    peaks = [r.worker_peak_rss_mib for r in results if r.worker_peak_rss_mib]
+def summary(counts: dict, executed: int, wall_s: float, coordinator_peak_mib: float, **extra: Any) -> dict:
+    """The run's summary.json: `counts` from Rows.counts, then how the run went."""
+    peak = counts["worker_peak_rss_mib"]
     return {
-        "ips": len(results),
-        "status": dict(Counter(r.status.value for r in results)),
-        "severity": dict(Counter(r.severity.value for r in results if r.severity)),
-        "anomalies": sum(1 for r in results if r.anomaly),
+        **{k: counts[k] for k in ("ips", "status", "severity", "anomalies")},
         "jobs_run": executed,
-        "engines": dict(Counter(r.engine for r in results if r.engine)),
+        "engines": counts["engines"],
         "wall_s": round(wall_s, 3),
         "jobs_per_s": round(executed / wall_s, 3) if wall_s > 0 else None,
-        "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None,
+        "worker_peak_rss_mib": peak,
         "coordinator_peak_rss_mib": round(coordinator_peak_mib, 1),
         **extra,
     }

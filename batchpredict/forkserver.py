@@ -13,9 +13,11 @@ pickled by the C pickler, with dill's pure-Python one (~4 ms a process) only for
 from __future__ import annotations
 
 import copyreg
+import functools
 import io
 import os
 import pickle
+import select
 from typing import Any
 
 import multiprocess as mp
@@ -59,14 +61,34 @@ class _Popen(popen_forkserver.Popen):
             f.write(buf.getbuffer())
         self.pid = forkserver.read_signed(self.sentinel)
 
+    def poll(self, flag: int = os.WNOHANG) -> int | None:
+        # multiprocess asks a selector it builds for each call; every process start polls each child.
+        if self.returncode is None and flag == os.WNOHANG and not ready([self.sentinel], 0):
+            return None
+        return super().poll(flag)
+
+
+def ready(objects: list, timeout: float) -> list:
+    """The connections and fds among `objects` that can be read within `timeout` s: multiprocess's
+    connection.wait, without the selector it builds for every call."""
+    by_fd = {obj if isinstance(obj, int) else obj.fileno(): obj for obj in objects}
+    poller = select.poll()
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    return [by_fd[fd] for fd, _ in poller.poll(timeout * 1000)]
+
 
 class _CPickler(pickle.Pickler):
     """multiprocess's ForkingPickler (the reducers for connections and fds) on the C pickler."""
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
-        self.dispatch_table = copyreg.dispatch_table.copy()
-        self.dispatch_table.update(reduction.ForkingPickler._extra_reducers)
+        self.dispatch_table = _dispatch_table()
+
+
+@functools.cache
+def _dispatch_table() -> dict:
+    return {**copyreg.dispatch_table, **reduction.ForkingPickler._extra_reducers}
 
 
 def _dumps(*objects: Any) -> io.BytesIO:

@@ -93,7 +93,8 @@ class Result(Outcome):
     debug: list[str] = field(default_factory=list)  # and these at DEBUG (-v)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as they are (no deep copy: dataclasses.asdict cost ~0.5 ms a journal line)."""
+        return dict(vars(self))
 
     @classmethod
     def from_dict(cls, d: dict) -> "Result":

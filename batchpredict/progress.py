@@ -35,7 +35,7 @@ def terminal_size(stream: IO[str]) -> tuple[int, int]:
 
 
 class Progress:
-    """Fed one finished result at a time (`coordinator.predict_table`'s on_start and on_result)."""
+    """Fed one finished result at a time (`coordinator.predict`'s on_start and on_result)."""
 
     def __init__(self, enabled: bool = True, interval: float = 30.0, stream: IO[str] | None = None) -> None:
         self.enabled = enabled
@@ -56,12 +56,13 @@ class Progress:
         self.close()
 
     def start(self, total: int) -> None:
-        self.total, self.started = total, time.monotonic()
+        """The number of jobs, told once the table is planned: the first ones may have finished already."""
+        self.total = total
         if not self.enabled or total == 0:
             return
         if is_terminal(self.stream):
             sized = all(terminal_size(self.stream))  # a pty may say 0x0 (script, docker exec): tqdm would hide
-            self._bar = tqdm(total=total, unit=" jobs", desc="predict", file=self.stream, dynamic_ncols=sized,
+            self._bar = tqdm(total=total, initial=self.done, unit=" jobs", desc="predict", file=self.stream, dynamic_ncols=sized,
                              ncols=None if sized else 100, nrows=None if sized else 24, postfix=self._postfix())
             # Log lines are printed above the bar instead of through it.
             self._cleanup.enter_context(logging_redirect_tqdm())

@@ -15,6 +15,7 @@ This module imports without ray; `import ray` happens when the backend is chosen
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -30,7 +31,8 @@ from .job import Outcome, Status
 log = logging.getLogger("batchpredict")
 
 INSTALL_HINT = "--backend ray needs the ray package: pip install 'batchpredict[ray]'"
-SHARDS_PER_SLOT = 4
+SHARDS_PER_SLOT = 4  # shards submitted at once per slot; as many more as finish
+LOOKAHEAD = 10_000   # tasks read before the first shard
 
 
 def import_ray() -> Any:
@@ -116,6 +118,11 @@ def _interruptible(call: Callable, *args: Any, **kwargs: Any) -> Any:
             signal.signal(sig, handler)
 
 
+def _batches(tasks: Iterator, size: int) -> Iterator[list]:
+    while batch := list(itertools.islice(tasks, size)):
+        yield batch
+
+
 class RayExecutor:
     """Runs tasks in shards on a Ray cluster; `settings` are the LocalExecutor's inside each shard."""
 
@@ -130,9 +137,14 @@ class RayExecutor:
         self.retries = settings["retries"]
 
     def run(self, handler: Callable[[Any], Outcome], tasks: Iterable) -> Iterator[Outcome]:
-        """Yield one outcome per task, a shard at a time in completion order."""
-        tasks = list(tasks)
-        if not tasks:
+        """Yield one outcome per task, a shard at a time in completion order.
+
+        Up to LOOKAHEAD tasks are read before the first shard, to size the shards from their number;
+        a longer stream is cut into shards of the size that many would get, read as shards finish.
+        """
+        source = (task for task in tasks if task is not None)  # None: a pause in a stream (executor.py)
+        ahead = list(itertools.islice(source, LOOKAHEAD + 1))
+        if not ahead:
             return
         ray = self.ray
         started = self._connect()
@@ -145,13 +157,20 @@ class RayExecutor:
                 running[remote.remote(handler, shard, self.settings)] = (shard, attempt)
 
             slots = self._slots()
-            size = self.shard_size or default_shard_size(len(tasks), slots, self.workers)
-            for start in range(0, len(tasks), size):
-                submit(tasks[start:start + size], 1)
-            log.info("ray: %d jobs in %d shards of up to %d, %d at once", len(tasks), len(running), size, slots)
+            size = self.shard_size or default_shard_size(len(ahead), slots, self.workers)
+            shards = _batches(itertools.chain(ahead, source), size)
+            for shard in itertools.islice(shards, slots * SHARDS_PER_SLOT):
+                submit(shard, 1)
+            if len(ahead) > LOOKAHEAD:
+                log.info("ray: over %d jobs, in shards of up to %d, %d at once", LOOKAHEAD, size, slots)
+            else:
+                log.info("ray: %d jobs in %d shards of up to %d, %d at once", len(ahead), -(-len(ahead) // size),
+                         size, slots)
             while running:
                 [ref], _ = _interruptible(ray.wait, list(running), num_returns=1)
                 shard, attempt = running.pop(ref)
+                for more in itertools.islice(shards, 1):
+                    submit(more, 1)
                 try:
                     outcomes = _interruptible(ray.get, ref)
                 except ray.exceptions.RayError as exc:

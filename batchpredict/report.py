@@ -21,7 +21,8 @@ from .errors import JobError, UsageError
 from .export import write_atomic
 from .features import rolling_series
 from .job import Params, Severity, Status
-from .table import read_table, read_text_csv
+from .table import read_table
+from .tablefile import read_text_csv
 
 log = logging.getLogger("batchpredict")
 
@@ -56,9 +57,9 @@ def build_report(results: str, data: str, out_dir: str, top: int = 100, params: 
                  layout: str | None = None) -> Report:
     """Write `out_dir/index.html` and `out_dir/plots/*.png` for the `top` most anomalous IPs."""
     frame, sigmas = read_results(results)
-    series = {s.ip: s for s in read_table(data, layout)}
     anomalous = _ranked_anomalies(frame)
     plotted = anomalous.head(top)
+    series = {s.ip: s for s in read_table(data, layout, ips=set(plotted["ip"]))}
     plots_dir = os.path.join(out_dir, PLOTS)
     os.makedirs(plots_dir, exist_ok=True)
     for old in os.listdir(plots_dir):  # a previous report's plots would linger unlinked

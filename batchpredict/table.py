@@ -1,15 +1,24 @@
-"""The per-IP stats table: wide (IP, then one column per time bucket) or long (ip,timestamp,value)."""
+"""The per-IP stats table (docs/design.md §2): wide or long, CSV or Parquet, read a chunk at a time.
+
+A wide table streams: each chunk of rows becomes series as soon as it is read, so jobs can start
+while the rest of the file is still being read. A long table is read whole before its first
+series: an IP's points may be anywhere in it.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from array import array
+from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
 from .errors import UsageError
+from .tablefile import TableFile, open_table_file, text_numbers
 
 LONG_COLUMNS = (("ip", "timestamp", "value"), ("unique_id", "ds", "y"))
 LAYOUTS = ("wide", "long")
+CHUNK_IPS = 10_000  # series per chunk of a long table (a wide one goes by the file's chunks of rows)
 
 
 @dataclass
@@ -20,30 +29,19 @@ class Series:
     labels: list[str]
     values: np.ndarray
     problem: str = ""  # why this IP cannot be scored as given (duplicates, ...)
-    rows: list[int] = field(default_factory=list)
+    position: int = 0  # its place among the table's distinct IPs
 
 
-def read_table(path: str, layout: str | None = None) -> list[Series]:
-    """All distinct IPs in table order. Raises UsageError when the file is unusable as a whole."""
-    if layout is not None and layout not in LAYOUTS:
-        raise UsageError(f"--layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
-    frame = read_text_csv(path, "table", skipinitialspace=True)
-    if frame.shape[1] < 2 or frame.shape[0] == 0:
-        raise UsageError(f"table {path} has no data rows or fewer than two columns")
-    chosen = layout or detect_layout(list(frame.columns))
-    return _read_long(frame, path) if chosen == "long" else _read_wide(frame)
-
-
-def read_text_csv(path: str, what: str, **options: object) -> pd.DataFrame:
-    """A CSV with every cell as written; UsageError naming `what` when it cannot be read at all."""
-    try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, **options)
-    except FileNotFoundError:
-        raise UsageError(f"{what} not found: {path}") from None
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
-            PermissionError) as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"cannot read {what} {path}: {detail}") from None
+def read_table(path: str, layout: str | None = None, ips: set[str] | None = None) -> list[Series]:
+    """All distinct IPs in table order, or only those in `ips`. Raises UsageError when the file is
+    unusable as a whole."""
+    table = Table(path, layout)
+    series = [s for chunk in table.chunks() for s in chunk if ips is None or s.ip in ips]
+    for s in series:
+        s.problem = s.problem or table.duplicate_problem(s.ip)
+        if ips is not None:
+            s.values = s.values.copy()  # not a view that keeps its whole chunk of the table
+    return series
 
 
 def detect_layout(header: list[str]) -> str:
@@ -51,45 +49,128 @@ def detect_layout(header: list[str]) -> str:
     return "long" if names in LONG_COLUMNS else "wide"
 
 
-def _numbers(cells: pd.Series | list[str]) -> np.ndarray:
-    return pd.to_numeric(pd.Series(cells, dtype=object), errors="coerce").to_numpy(dtype=float)
+class Table:
+    """A stats table opened for reading: its layout and labels at once, its series a chunk at a time."""
+
+    def __init__(self, path: str, layout: str | None = None) -> None:
+        if layout is not None and layout not in LAYOUTS:
+            raise UsageError(f"--layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+        self.path = path
+        self.file = open_table_file(path)
+        if len(self.file.header) < 2:
+            raise UsageError(self._empty())
+        self.layout = layout or detect_layout(self.file.header)
+        self.labels = [str(c) for c in self.file.header[1:]]  # a wide table's bucket labels
+        # Wide: an IP seen on a later row is a duplicate, however far apart the rows are.
+        self.duplicates: dict[str, list[int]] = {}  # IP -> every line it is on, once it is on two
+        self._positions: dict[str, int] = {}
+        self._first_lines = array("q")  # position -> the line of its first appearance
+
+    def chunks(self) -> Iterator[list[Series]]:
+        """The distinct IPs in table order, in chunks; a wide table's `duplicates` are complete at the end."""
+        return self._long() if self.layout == "long" else self._wide()
+
+    def position(self, ip: str) -> int:
+        return self._positions[ip]
+
+    def duplicate_problem(self, ip: str) -> str:
+        lines = self.duplicates.get(ip)
+        if not lines:
+            return ""
+        return f"IP appears {len(lines)} times in the table (lines {', '.join(map(str, lines))})"
+
+    def _empty(self) -> str:
+        return f"table {self.path} has no data rows or fewer than two columns"
+
+    def _wide(self) -> Iterator[list[Series]]:
+        start = 0
+        for ids, block in self.file.wide_chunks():
+            yield self._first_appearances(ids, block, start)
+            start += len(ids)
+        if not start:
+            raise UsageError(self._empty())
+
+    def _first_appearances(self, ids: list[str], block: np.ndarray, start: int) -> list[Series]:
+        found = []
+        for row, raw in enumerate(ids):
+            ip, line = raw.strip(), start + row + 2
+            position = self._positions.setdefault(ip, len(self._first_lines))
+            if position < len(self._first_lines):
+                self.duplicates.setdefault(ip, [self._first_lines[position]]).append(line)
+                continue
+            self._first_lines.append(line)
+            found.append(Series(ip, self.labels, block[row], position=position))
+        return found
+
+    def _long(self) -> Iterator[list[Series]]:
+        names = tuple(h.strip().lower() for h in self.file.header)
+        if names not in LONG_COLUMNS:
+            if next(self.file.wide_chunks(), None) is None:  # an empty table says so first
+                raise UsageError(self._empty())
+            raise UsageError(f"long table {self.path} needs exactly the columns ip,timestamp,value (or unique_id,ds,y)")
+        points = LongPoints()
+        for chunk in self.file.long_chunks():
+            points.add(*chunk)
+        if not points.rows:
+            raise UsageError(self._empty())
+        yield from points.series(self.file)
 
 
-def _read_wide(frame: pd.DataFrame) -> list[Series]:
-    labels = [str(c) for c in frame.columns[1:]]
-    ids = frame.iloc[:, 0].str.strip()
-    first: dict[str, Series] = {}
-    for row, ip in enumerate(ids):
-        if ip in first:
-            first[ip].rows.append(row + 2)
-            continue
-        first[ip] = Series(ip, labels, _numbers(frame.iloc[row, 1:].tolist()), rows=[row + 2])
-    for series in first.values():
-        if len(series.rows) > 1:
-            series.problem = f"IP appears {len(series.rows)} times in the table (lines {', '.join(map(str, series.rows))})"
-    return list(first.values())
+class LongPoints:
+    """A long table's rows as numbers: IP and timestamp codes (in order of first appearance), values."""
+
+    def __init__(self) -> None:
+        self._ips: dict[str, int] = {}
+        self._stamps: dict[str | None, int] = {}
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.rows = 0
+
+    def add(self, ips: tuple[np.ndarray, list], stamps: tuple[np.ndarray, list], values: np.ndarray) -> None:
+        """One chunk: (codes, uniques) of its IP and timestamp cells, uniques None where a cell is missing."""
+        self._parts.append((_recode(self._ips, *ips), _recode(self._stamps, *stamps), values))
+        self.rows += len(values)
+
+    def series(self, file: TableFile) -> Iterator[list[Series]]:
+        ip_codes, stamp_codes, values = (np.concatenate(p) for p in zip(*self._parts))
+        self._parts.clear()
+        groups, names = pd.factorize(np.array([ip.strip() for ip in self._ips], dtype=object))
+        group = groups[ip_codes]
+        labels = np.array([np.nan if s is None else s for s in self._stamps], dtype=object)
+        rank = _order_ranks(labels)[stamp_codes]
+        order = np.lexsort((rank, group))  # stable: equal timestamps keep the table's order
+        starts = np.flatnonzero(np.diff(group[order], prepend=-1))
+        ends = np.append(starts[1:], len(order))
+        redo = _integer_groups(group, values, len(names)) if file.text_cells else np.zeros(0, int)
+        exact = _series_cells(file, order, starts, ends, redo)
+        chunk = []
+        for g, (a, b) in enumerate(zip(starts, ends)):
+            rows = order[a:b]
+            point_labels = labels[stamp_codes[rows]].tolist()
+            dup = np.flatnonzero(rank[rows][1:] == rank[rows][:-1])
+            problem = f"duplicate timestamp {point_labels[dup[0] + 1]!r} for this IP" if len(dup) else ""
+            series_values = text_numbers(exact[g]) if g in exact else values[rows]
+            chunk.append(Series(names[g], point_labels, series_values, problem, position=g))
+            if len(chunk) == CHUNK_IPS:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
 
 
-def _read_long(frame: pd.DataFrame, path: str) -> list[Series]:
-    names = [c.strip().lower() for c in frame.columns]
-    if tuple(names[:3]) not in LONG_COLUMNS or len(names) != 3:
-        raise UsageError(f"long table {path} needs exactly the columns ip,timestamp,value (or unique_id,ds,y)")
-    frame = frame.set_axis(["ip", "timestamp", "value"], axis=1)
-    frame["ip"] = frame["ip"].str.strip()
-    frame["_key"] = _order_key(frame["timestamp"])
-    result = []
-    for ip, group in frame.groupby("ip", sort=False):
-        group = group.sort_values("_key", kind="stable")
-        series = Series(ip, group["timestamp"].tolist(), _numbers(group["value"]), rows=[i + 2 for i in group.index])
-        dupes = group["timestamp"][group["_key"].duplicated()].unique().tolist()
-        if dupes:
-            series.problem = f"duplicate timestamp {dupes[0]!r} for this IP"
-        result.append(series)
-    return result
+def _recode(index: dict, codes: np.ndarray, uniques: list) -> np.ndarray:
+    """A chunk's codes as codes of the whole table, numbered in order of first appearance."""
+    mapping = np.fromiter((index.setdefault(u, len(index)) for u in uniques), dtype=np.int32, count=len(uniques))
+    return mapping[codes]
+
+
+def _order_ranks(stamps: np.ndarray) -> np.ndarray:
+    """Each distinct timestamp's rank in time order (docs/design.md §2), missing ones last."""
+    keys = _order_key(pd.Series(stamps, dtype=object))
+    return keys.rank(method="dense", na_option="bottom").to_numpy(dtype=np.int64)
 
 
 def _order_key(stamps: pd.Series) -> pd.Series:
-    """Dates when all parse as dates, numbers when all are numbers, else text (docs/design.md §2)."""
+    """Numbers when all are numbers, else dates when all parse as dates, else text (docs/design.md §2)."""
     numbers = pd.to_numeric(stamps, errors="coerce")
     if numbers.notna().all():
         return numbers
@@ -100,3 +181,21 @@ def _order_key(stamps: pd.Series) -> pd.Series:
     if dates is not None and dates.notna().all():
         return dates
     return stamps
+
+
+def _integer_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Groups whose text may read otherwise as one series than cell by cell (see text_numbers)."""
+    missing = np.bincount(group, weights=np.isnan(values), minlength=groups)
+    negative_zero = np.bincount(group, weights=np.signbit(values) & (values == 0), minlength=groups)
+    return np.flatnonzero((missing == 0) & (negative_zero > 0))
+
+
+def _series_cells(file: TableFile, order: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  groups: np.ndarray) -> dict[int, list]:
+    """The value cells, as text in time order, of the given groups: read again, they are rare."""
+    if not len(groups):
+        return {}
+    wanted = {g: order[starts[g]:ends[g]] for g in groups}
+    rows = np.sort(np.concatenate(list(wanted.values())))
+    cells = dict(zip(rows.tolist(), file.cells(column=2, rows=rows)))
+    return {g: [cells[r] for r in rows.tolist()] for g, rows in wanted.items()}

@@ -62,6 +62,7 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
     (["--data", "{tmp}/missing.csv"], "table not found"),
     (["--models", "{tmp}/nostore"], "model store not found"),
     (["--data", "{tmp}/empty.csv"], "cannot read table"),
+    (["--data", "{tmp}/bad.parquet"], "cannot read table"),
     (["--sigmas", "4,2"], "sigmas"),
     (["--workers", "0"], "whole number"),
     (["--layout", "tall"], "invalid choice"),
@@ -69,6 +70,7 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
 ])
 def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, args, message):
     (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1" + bytes(100) + b"PAR1")
     defaults = {"--data": str(table), "--models": str(store), "--out": str(tmp_path / "o" / "a.csv")}
     given = [a.format(tmp=tmp_path) for a in args]
     for flag, value in defaults.items():
@@ -78,3 +80,17 @@ def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, 
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o" / "a.csv").exists()
+
+
+def test_a_table_unreadable_past_its_first_chunk_exits_2_and_keeps_nothing(store, tmp_path):
+    """Jobs have run by the time the bad line is read: the run still ends as an unreadable table does."""
+    path = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
+    with open(path, "a") as fh:
+        fh.writelines(f"10.8.{i // 256}.{i % 256}," + ",".join(["1"] * 40) + "\n" for i in range(10_000))
+        fh.write("10.9.9.9," + ",".join(["1"] * 41) + "\n")
+    out = tmp_path / "o" / "a.csv"
+    done = run_cli("predict", "--data", path, "--models", store, "--out", out)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot read table {path}: Error tokenizing data. C error: Expected 41 fields in line 10014, saw 42" \
+        in done.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["a.csv.lock"]  # no CSV, summary or journal

@@ -189,3 +189,20 @@ def test_ten_percent_poisoned_store_completes_with_every_row(tmp_path):
         assert frame.loc[ip, "status"] == want, (ip, frame.loc[ip, "error"])
     healthy = frame[~frame.index.isin(poisons)]
     assert healthy["predicted"].notna().all() and healthy["anomaly"].isin(["true", "false"]).all()
+
+
+@pytest.mark.parametrize("jobs_per_worker", [1, 3])
+def test_tasks_are_read_as_workers_come_free(jobs_per_worker):
+    """A stream is read a worker's batch at a time; a None in it only lets the executor look at its workers."""
+    read = []
+
+    def stream():
+        for i in range(10):
+            read.append(i)
+            yield Task(f"t{i}")
+            if i % 4 == 0:
+                yield None
+
+    seen = [(r.ip, len(read)) for r in LocalExecutor(workers=2, jobs_per_worker=jobs_per_worker).run(handler, stream())]
+    assert sorted(ip for ip, _ in seen) == sorted(f"t{i}" for i in range(10))
+    assert seen[0][1] <= 2 * jobs_per_worker  # at the first result, no more than the two workers hold

@@ -7,16 +7,20 @@ import joblib
 import pytest
 
 from batchpredict import predict_table
-from batchpredict.coordinator import plan
+from batchpredict.coordinator import Plan
 from batchpredict.executor import LocalExecutor
+from batchpredict.export import Rows
 from batchpredict.job import Params
+from batchpredict.store import Store
+from batchpredict.table import Table
 from conftest import BASE_IPS, FORMATS, Poison, read_out, run_cli, series_for, wide_table
 from leanprobe import run_and_list_modules
 
 
 def jobs_of(store, tmp_path, ips, engine="auto"):
-    table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})
-    return plan(str(table), str(store), Params(), None, engine)[2]
+    table = Table(str(wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})))
+    plan = Plan(table, Store(str(store)), Params(), engine, Rows(Params().sigmas))
+    return [job for job in plan.jobs_of(table.chunks()) if job]
 
 
 def test_a_lean_worker_never_imports_tensorflow_keras_or_sklearn(base_store, tmp_path):
