@@ -91,13 +91,12 @@ class Plan:
             return None  # settled once the whole table is read: the error lists every line
         return self._settle(series, self._check)
 
-    def _settle(self, series: Series, check: Callable[[Series], Job | None]) -> Job | None:
+    def _settle(self, series: Series, check: Callable[[Series], Job]) -> Job | None:
         try:
             return check(series)
         except JobError as exc:
-            label = series.labels[-1] if series.labels else ""
             self.rows.put(series.position, Result(ip=series.ip, status=Status(exc.status), error=str(exc),
-                                                  timestamp=label))
+                                                  timestamp=series.labels[-1] if series.labels else ""))
             return None
 
     def _check_problem(self, series: Series) -> None:
@@ -183,8 +182,7 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
                 journal.close(remove=True)
             raise
         plan.settle_duplicates()
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        info = export.summary(rows.counts(), plan.jobs, time.monotonic() - started, usage.ru_maxrss / 1024,
+        info = export.summary(rows.counts(), plan.jobs, time.monotonic() - started, peak_rss_mib(),
                               backend=executor.name, workers=options.workers,
                               jobs_per_worker=options.jobs_per_worker, engine=options.engine,
                               timings=_timings(plan, started, cpu), versions=versions())
@@ -205,6 +203,15 @@ def _timings(plan: Plan, started: float, cpu: float) -> dict:
     return {"first_job_s": round(plan.started - started, 3) if plan.jobs else None,
             "plan_cpu_s": round(plan.cpu_s, 3),
             "coordinator_cpu_s": round(time.process_time() - cpu, 3)}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: the high-water mark of its own pages (VmHWM). ru_maxrss starts
+    from the parent's RSS at fork, so a coordinator started by a large process would report that one's."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as fh:
+            return int(next(line for line in fh if line.startswith("VmHWM:")).split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 @contextlib.contextmanager

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import itertools
 import json
 import os
@@ -46,22 +45,24 @@ def write_rows(path: str, header: list[str], rows: list[list[Any]]) -> None:
 
 
 class _Writer:
-    """CSV text of rows: None is an empty cell, floats keep full precision (repr)."""
+    """CSV text of rows: the csv module writes None as an empty cell and a float as its repr (full precision)."""
 
     def __init__(self) -> None:
-        self._buffer = io.StringIO()
-        self._csv = csv.writer(self._buffer, lineterminator="\n")
+        self._lines: list[str] = []
+        self._csv = csv.writer(self, lineterminator="\n")  # it writes each row here, whole
+
+    def write(self, line: str) -> None:
+        self._lines.append(line)
 
     def render(self, rows: list[list[Any]]) -> str:
-        self._buffer.seek(0)
-        self._buffer.truncate()
-        self._csv.writerows([["" if c is None else repr(c) if isinstance(c, float) else c for c in cells]
-                             for cells in rows])
-        return self._buffer.getvalue()
+        self._csv.writerows(rows)
+        text = "".join(self._lines)
+        self._lines.clear()
+        return text
 
 
-_STATUSES = list(Status)
-_SEVERITIES = list(Severity)
+_STATUSES = {status: code for code, status in enumerate(Status, 1)}
+_SEVERITIES = {severity: code for code, severity in enumerate(Severity, 1)}
 
 
 class Rows:
@@ -75,39 +76,38 @@ class Rows:
         self.header = columns(sigmas)
         self._cells = cells
         self._rows: list[Any] = []  # per position: CSV text, or the list of cell rows
-        self._status = bytearray()    # 1 + index in Status; 0 while the position is not finished
-        self._severity = bytearray()  # 1 + index in Severity, 0 for none
-        self._anomaly = bytearray()   # 1 when the IP is an anomaly
-        self._engine = bytearray()    # 1 + index in self._engines, 0 for none
+        # Per position, a byte each: status and severity (1 + their index, 0 for none; a status of 0 is a
+        # position not finished yet), anomaly (1 for true), engine (1 + index in self._engines, 0 for none).
+        self._codes = bytearray()
         self._engines: list[str] = []
         self._peaks: dict[int, float] = {}  # worker peak RSS (MiB) of the positions that have one
         self._writer = _Writer()
 
     def put(self, position: int, result: Result) -> None:
-        missing = position + 1 - len(self._rows)
-        if missing > 0:
+        if position >= len(self._rows):
+            missing = position + 1 - len(self._rows)
             self._rows += [None] * missing
-            for codes in (self._status, self._severity, self._anomaly, self._engine):
-                codes += bytes(missing)
+            self._codes += bytes(4 * missing)
         cells = rows(result)
         self._rows[position] = cells if self._cells else self._writer.render(cells)
-        self._status[position] = 1 + _STATUSES.index(result.status)
-        self._severity[position] = 1 + _SEVERITIES.index(result.severity) if result.severity else 0
-        self._anomaly[position] = bool(result.anomaly)
-        if result.engine and result.engine not in self._engines:
-            self._engines.append(result.engine)
-        self._engine[position] = 1 + self._engines.index(result.engine) if result.engine else 0
+        engine = result.engine
+        if engine and engine not in self._engines:
+            self._engines.append(engine)
+        self._codes[4 * position:4 * position + 4] = bytes((
+            _STATUSES[result.status], _SEVERITIES[result.severity] if result.severity else 0,
+            1 if result.anomaly else 0, self._engines.index(engine) + 1 if engine else 0))
         if result.worker_peak_rss_mib:
             self._peaks[position] = result.worker_peak_rss_mib
-        else:
+        elif self._peaks:
             self._peaks.pop(position, None)
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def write_csv(self, path: str) -> None:
-        if 0 in self._status:
-            raise RuntimeError(f"row {self._status.index(0)} of {path} was never finished")
+        unfinished = self._codes[::4].find(0)
+        if unfinished >= 0:
+            raise RuntimeError(f"row {unfinished} of {path} was never finished")
         render = self._writer.render if self._cells else str
         write_atomic(path, itertools.chain([self._writer.render([self.header])], map(render, self._rows)))
 
@@ -116,18 +116,18 @@ class Rows:
 
     def counts(self) -> dict:
         """The summary's counts, each in order of first appearance in the table."""
+        status, severity, anomaly, engine = np.frombuffer(bytes(self._codes), dtype=np.uint8).reshape(-1, 4).T
         peaks = list(self._peaks.values())
         return {"ips": len(self._rows),
-                "status": _tally(self._status, [s.value for s in _STATUSES]),
-                "severity": _tally(self._severity, [s.value for s in _SEVERITIES]),
-                "anomalies": self._anomaly.count(1),
-                "engines": _tally(self._engine, self._engines),
+                "status": _tally(status, [s.value for s in Status]),
+                "severity": _tally(severity, [s.value for s in Severity]),
+                "anomalies": int(anomaly.sum()),
+                "engines": _tally(engine, self._engines),
                 "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None}
 
 
-def _tally(codes: bytearray, names: list[str]) -> dict[str, int]:
-    found, first, counts = np.unique(np.frombuffer(bytes(codes), dtype=np.uint8), return_index=True,
-                                     return_counts=True)
+def _tally(codes: np.ndarray, names: list[str]) -> dict[str, int]:
+    found, first, counts = np.unique(codes, return_index=True, return_counts=True)
     return {names[code - 1]: int(count) for _, code, count in sorted(zip(first, found, counts)) if code}
 
 

@@ -42,13 +42,14 @@ class Store:
     def model_candidates(self, ip: str) -> list[str]:
         """Every model artefact present for `ip`, relative to the store."""
         folder = self._models
-        found = []
-        for name in [ip + s for s in MODEL_SUFFIXES] + [ip]:
+        if ip not in folder.stems and not folder.outside:
+            return []  # no name in model/ is one of its candidates, so none leaves the store either
+        names = (*(ip + s for s in MODEL_SUFFIXES), ip)
+        for name in names:
             folder.check_inside(name)
-            if ((name.endswith(MODEL_SUFFIXES) and name in folder.files)
-                    or (name in folder.dirs and os.path.isfile(os.path.join(folder.path, name, SAVED_MODEL_FILE)))):
-                found.append(os.path.join(folder.name, name))
-        return found
+        return [os.path.join(folder.name, name) for name in names
+                if (name in folder.files and name.endswith(MODEL_SUFFIXES))
+                or (name in folder.dirs and os.path.isfile(os.path.join(folder.path, name, SAVED_MODEL_FILE)))]
 
     def model(self, ip: str) -> str:
         """The IP's one model artefact relative to the store, or JobError: no_model, or load_error when ambiguous."""
@@ -119,23 +120,26 @@ class _Folder:
         self.path = os.path.join(root, name)
         self.files: set[str] = set()
         self.dirs: set[str] = set()
+        self.stems: set[str] = set()  # every name, with and without its suffix
         self._escaping: set[str] = set()
         # A folder that is itself a link out of the store takes every path in it along.
-        self._outside = _outside(root, self.path)
+        self.outside = _outside(root, self.path)
         try:
             with os.scandir(self.path) as entries:
                 for entry in entries:
+                    name = entry.name
+                    self.stems.update((name, name.rsplit(".", 1)[0]))
                     if entry.is_symlink() and _outside(root, entry.path):
-                        self._escaping.add(entry.name)
+                        self._escaping.add(name)
                     if entry.is_file():
-                        self.files.add(entry.name)
+                        self.files.add(name)
                     elif entry.is_dir():
-                        self.dirs.add(entry.name)
+                        self.dirs.add(name)
         except OSError:  # missing, not a folder, unreadable: nothing in it, as os.path.isfile would say
             pass
 
     def check_inside(self, name: str) -> None:
-        if self._outside or name in self._escaping:
+        if self.outside or name in self._escaping:
             raise JobError(Status.INVALID_INPUT, f"{os.path.join(self.name, name)} resolves outside the store")
 
 

@@ -200,7 +200,8 @@ class ParquetFile:
         import pyarrow.parquet as pq
 
         with _readable(self.path, "table", self._errors):
-            with pq.ParquetFile(self.path) as file:
+            # Without pre_buffer, pyarrow holds a row group's pages, not every column chunk it has read.
+            with pq.ParquetFile(self.path, pre_buffer=False) as file:
                 for batch in file.iter_batches(batch_size=CHUNK_ROWS):
                     if batch.num_rows:
                         yield batch

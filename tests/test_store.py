@@ -75,3 +75,25 @@ def test_missing_store_and_broken_std_json(tmp_path):
     (tmp_path / "std" / "std.json").write_text("{not json")
     with pytest.raises(UsageError):
         Store(str(tmp_path))
+
+
+def test_a_folder_that_is_a_link_out_of_the_store_takes_every_id_along(root, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere")
+    (outside / "a.h5").write_bytes(b"")
+    (root / "model").rmdir()
+    (root / "model").symlink_to(outside)
+    store = Store(str(root))
+    assert status_of(store, "a") == ("invalid_input", "model/a.h5 resolves outside the store")
+    assert status_of(store, "zz")[0] == "invalid_input"  # nothing there for it: the path still leaves
+
+
+def test_links_inside_the_store_are_followed(root):
+    (root / "models-real").mkdir()
+    (root / "models-real" / "saved_model.pb").write_bytes(b"")
+    (root / "model" / "a").symlink_to(root / "models-real")
+    (root / "sc" / "b.save").unlink()
+    (root / "sc" / "b.save").symlink_to(root / "sc" / "a.save")
+    (root / "model" / "b.keras").write_bytes(b"")
+    store = Store(str(root))
+    assert store.artefacts("a").model == os.path.join("model", "a")
+    assert store.artefacts("b").scaler == os.path.join("sc", "b.save")
