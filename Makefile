@@ -13,7 +13,7 @@ SLOW    ?=
 
 PYTEST_MARK := $(if $(SLOW),,-m "not slow")
 
-.PHONY: install predict report train test bench soak clean
+.PHONY: install predict report train test bench bench-scale soak clean
 
 install: $(STAMP)
 
@@ -40,6 +40,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
+
+# A million IPs (N=... for fewer): read+plan, first job, coordinator RSS and CPU per job, CSV and Parquet.
+bench-scale: $(STAMP)
+	$(BIN)/python benchmarks/scale.py --n $(or $(N),1000000)
 
 clean:
 	rm -rf $(VENV) out report .pytest_cache
