@@ -188,9 +188,10 @@ class LocalExecutor:
                 process.join(max(0.0, kill_after - time.monotonic()))
             elif process.sentinel not in exited and time.monotonic() <= kill_after:
                 continue
-            if process.exitcode is None:
+            if process.sentinel in exited or process.exitcode is not None:
+                process.join()
+            else:
                 self._kill(process)
-            process.join()
             self._departing.remove(entry)
 
     def _pull(self, source: Iterator, pending: deque) -> Iterator | None:

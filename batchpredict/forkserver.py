@@ -18,6 +18,7 @@ import io
 import os
 import pickle
 import select
+import sys
 from typing import Any
 
 import multiprocess as mp
@@ -47,7 +48,7 @@ class _Popen(popen_forkserver.Popen):
     """popen_forkserver's launch, with the pool's own server and without re-running `__main__`."""
 
     def _launch(self, process_obj: Process) -> None:
-        prep_data = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items() if k not in _MAIN_KEYS}
+        prep_data = {**_preparation_data(), "name": process_obj._name}
         set_spawning_popen(self)
         try:
             buf = _dumps(prep_data, process_obj)
@@ -76,6 +77,19 @@ def ready(objects: list, timeout: float) -> list:
     for fd in by_fd:
         poller.register(fd, select.POLLIN)
     return [by_fd[fd] for fd, _ in poller.poll(timeout * 1000)]
+
+
+def _preparation_data() -> dict:
+    """What a worker needs to unpickle its process object (~50 us to gather), again only when the folder
+    or the import path it holds has changed."""
+    key = (os.getcwd(), tuple(sys.path))
+    if key not in _prepared:
+        _prepared.clear()
+        _prepared[key] = {k: v for k, v in spawn.get_preparation_data("").items() if k not in _MAIN_KEYS}
+    return _prepared[key]
+
+
+_prepared: dict[tuple, dict] = {}
 
 
 class _CPickler(pickle.Pickler):
