@@ -118,12 +118,12 @@ class Plan:
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
                   options: RunOptions = RunOptions(),
                   on_result: Callable[[Result], None] | None = None,
-                  on_start: Callable[[int], None] | None = None) -> pd.DataFrame:
+                  on_start: Callable[[int | None], None] | None = None) -> pd.DataFrame:
     """Score every IP of the table; with `out`, also write the CSV, its summary and a journal.
 
-    Returns the output as a DataFrame, its summary in `.attrs["summary"]`. `on_start(jobs)` is told
-    how many jobs run once the whole table is planned (some may have finished by then), and
-    `on_result(result)` gets each job's result as it finishes.
+    Returns the output as a DataFrame, its summary in `.attrs["summary"]`. `on_start(jobs)` is called
+    as the jobs begin, with None, and again with their number once the whole table is planned (some
+    may have finished by then); `on_result(result)` gets each job's result as it finishes.
     """
     rows = export.Rows(params.sigmas, cells=True)
     info = _run(data, models, out, params, options, rows, on_result, on_start)
@@ -134,13 +134,13 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
 
 def predict(data: str, models: str, out: str, params: Params = Params(), options: RunOptions = RunOptions(),
             on_result: Callable[[Result], None] | None = None,
-            on_start: Callable[[int], None] | None = None) -> dict:
+            on_start: Callable[[int | None], None] | None = None) -> dict:
     """predict_table for the command line: the output goes only to `out`; returns the summary."""
     return _run(data, models, out, params, options, export.Rows(params.sigmas), on_result, on_start)
 
 
 def _run(data: str, models: str, out: str | None, params: Params, options: RunOptions, rows: export.Rows,
-         on_result: Callable[[Result], None] | None, on_start: Callable[[int], None] | None) -> dict:
+         on_result: Callable[[Result], None] | None, on_start: Callable[[int | None], None] | None) -> dict:
     check_params(params)
     started, cpu = time.monotonic(), time.process_time()
     with contextlib.ExitStack() as stack:
@@ -165,6 +165,9 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
             yield from plan.jobs_of(_chain(first, chunks))
             if on_start:
                 on_start(plan.jobs)
+
+        if on_start:
+            on_start(None)
 
         try:
             for result in executor.run(run_job, tasks()):

@@ -55,15 +55,20 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self, total: int) -> None:
-        """The number of jobs, told once the table is planned: the first ones may have finished already."""
-        self.total = total
-        if not self.enabled or total == 0:
+    def start(self, total: int | None) -> None:
+        """Jobs begin: `total` is None while the table is still being planned; told again once it is."""
+        with self._lock:
+            self.total = total
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
+        if not self.enabled or total == 0 or self._bar is not None or self._thread is not None:
             return
         if is_terminal(self.stream):
             sized = all(terminal_size(self.stream))  # a pty may say 0x0 (script, docker exec): tqdm would hide
-            self._bar = tqdm(total=total, initial=self.done, unit=" jobs", desc="predict", file=self.stream, dynamic_ncols=sized,
-                             ncols=None if sized else 100, nrows=None if sized else 24, postfix=self._postfix())
+            self._bar = tqdm(total=total, initial=self.done, unit=" jobs", desc="predict", file=self.stream,
+                             dynamic_ncols=sized, ncols=None if sized else 100, nrows=None if sized else 24,
+                             postfix=self._postfix())
             # Log lines are printed above the bar instead of through it.
             self._cleanup.enter_context(logging_redirect_tqdm())
         else:
@@ -88,16 +93,19 @@ class Progress:
             anomalies, failed = self.anomalies, self.failed
         elapsed = time.monotonic() - self.started
         rate = done / elapsed if elapsed > 0 else 0.0
-        eta = (total - done) / rate if rate > 0 else None
+        eta = (total - done) / rate if rate > 0 and total is not None else None
         return {"done": done, "total": total, "jobs_per_s": round(rate, 3),
                 "eta_s": None if eta is None else round(eta, 1), "anomalies": anomalies, "failed": failed}
 
     def line(self) -> str:
         f = self.fields()
-        percent = 100 * f["done"] / f["total"] if f["total"] else 100.0
         eta = "?" if f["eta_s"] is None else tqdm.format_interval(f["eta_s"])
-        return (f"progress {f['done']}/{f['total']} jobs ({percent:.0f}%), {f['jobs_per_s']:.1f} jobs/s, "
-                f"ETA {eta}, anomalies {f['anomalies']}, failed {f['failed']}")
+        if f["total"] is None:  # the table is still being planned
+            done = f"{f['done']}/? jobs"
+        else:
+            done = f"{f['done']}/{f['total']} jobs ({100 * f['done'] / f['total'] if f['total'] else 100.0:.0f}%)"
+        return (f"progress {done}, {f['jobs_per_s']:.1f} jobs/s, ETA {eta}, anomalies {f['anomalies']}, "
+                f"failed {f['failed']}")
 
     def _postfix(self) -> dict:
         return {"anomalies": self.anomalies, "failed": self.failed}

@@ -135,3 +135,17 @@ def test_quiet_leaves_warnings_and_the_summary(store, tmp_path):
     assert len(lines) == 2, lines
     assert re.match(LOG_LINE.pattern + f"{re.escape(broken)}: load_error: ", lines[0]) and " WARNING " in lines[0]
     assert lines[1].startswith("batchpredict: 3 IPs in ") and "ok 2, load_error 1" in lines[1]
+
+
+def test_jobs_counted_before_the_table_is_planned(caplog):
+    caplog.set_level(logging.INFO, logger="batchpredict")
+    with Progress(interval=0.05, stream=io.StringIO()) as progress:
+        progress.start(None)  # jobs run while the table is still read
+        progress.update(RESULTS[0])
+        time.sleep(0.2)
+        progress.update(RESULTS[1])
+        progress.start(4)  # the whole table is planned
+        time.sleep(0.2)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress")]
+    assert any(line.startswith("progress 1/? jobs, ") and "ETA ?" in line for line in lines), lines
+    assert lines[-1].startswith("progress 2/4 jobs (50%)")
