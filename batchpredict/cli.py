@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="jobs a worker runs before it exits (default 1: strict isolation)")
     predict.add_argument("--layout", choices=["wide", "long"], default=None)
     predict.add_argument("--sigmas", type=parse_sigmas, default=(2.0, 4.0), help="warning,critical (default 2,4)")
+    which = predict.add_mutually_exclusive_group()
+    which.add_argument("--points", type=positive_int, default=1, metavar="N",
+                       help="score the last N points of each series, one row each (default 1)")
+    which.add_argument("--since", default=None, metavar="LABEL",
+                       help="score every point after LABEL: a column header (wide table) or a timestamp as "
+                            "written in the table (long); IPs with nothing after it get no rows")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     add_engine_option(predict)
     predict.add_argument("--backend", default="local", help="local (default) or ray")
@@ -159,7 +165,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         with Progress(enabled=not args.quiet, interval=args.progress_interval) as progress:
             frame = predict_table(args.data, args.models, args.out,
-                                  Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas),
+                                  Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas,
+                                         points=args.points, since=args.since),
                                   RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker,
                                              timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
                                              retries=args.retries, backend=args.backend, resume=args.resume,
@@ -171,8 +178,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
             write_metrics(args.metrics_file, None, exc.exit_code, started)
         raise
     info = frame.attrs["summary"]
-    logs.final.info(f"batchpredict: {info['ips']} IPs in {info['wall_s']:.1f} s ({info['jobs_per_s'] or 0:.1f} "
-                    f"jobs/s) -> {args.out}: " + _counts(info["status"]) + "; severity: "
+    rows = f", {info['rows']} rows" if info["rows"] != info["ips"] else ""
+    skipped = f" ({info['skipped']} skipped: nothing after {args.since})" if info["skipped"] else ""
+    logs.final.info(f"batchpredict: {info['ips']} IPs{rows}{skipped} in {info['wall_s']:.1f} s "
+                    f"({info['jobs_per_s'] or 0:.1f} jobs/s) -> {args.out}: " + (_counts(info["status"]) or "no rows")
+                    + "; severity: "
                     + (_counts(info["severity"]) or "none"), extra={"fields": {"event": "summary", **info}})
     code = 1 if any(Status(s).failed for s in info["status"]) else 0
     if args.metrics_file:
@@ -185,8 +195,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     done = build_report(args.results, args.data, args.out, args.top, Params(rolling=args.rolling, window=args.window),
                         args.layout)
-    logs.final.info(f"batchpredict report: {done.ips} IPs, {done.anomalies} anomalous, {done.plots} plots -> "
-                    f"{done.path}", extra={"fields": {"event": "report", **vars(done)}})
+    logs.final.info(f"batchpredict report: {done.ips} IPs, {done.anomalies} anomalous points in {done.anomalous_ips} "
+                    f"IPs, {done.plots} plots -> {done.path}", extra={"fields": {"event": "report", **vars(done)}})
     return 0
 
 

@@ -5,6 +5,7 @@ The coordinator never imports TensorFlow: its memory stays flat however many job
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import resource
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 from importlib import metadata
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import pandas as pd
 
@@ -23,28 +24,41 @@ from .errors import Interrupted, JobError, UsageError
 from .job import ENGINES, Job, Params, Result, RunOptions, Status
 from .journal import Journal, Lock, fingerprint
 from .store import MODEL_SUFFIXES, Store
-from .table import read_table
+from .table import first_after, read_table
 from .worker import run_job
 
 log = logging.getLogger("batchpredict")
 
 
 def check_params(params: Params) -> None:
-    if params.rolling < 1 or params.window < 1:
-        raise UsageError(f"--rolling and --window must be at least 1 (got {params.rolling}, {params.window})")
+    if params.rolling < 1 or params.window < 1 or params.points < 1:
+        raise UsageError(f"--rolling, --window and --points must be at least 1 (got {params.rolling}, "
+                         f"{params.window}, {params.points})")
+    if params.since is not None and params.points != 1:
+        raise UsageError("--points and --since exclude each other: --since scores every point after its label")
     low, high = params.sigmas
     if not (0 < low < high) or not math.isfinite(high):
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
 
 
-def plan(data: str, models: str, params: Params, layout: str | None, engine: str = "auto"
-         ) -> tuple[list[str], dict[str, Result], list[Job]]:
-    """(IPs in table order, rows settled without a worker, jobs to run)."""
+class Plan(NamedTuple):
+    order: list[str]            # the IPs that get rows, in table order
+    settled: dict[str, Result]  # their rows settled without a worker
+    jobs: list[Job]
+    skipped: int                # --since: IPs without a point after the label, which get no rows
+
+
+def plan(data: str, models: str, params: Params, layout: str | None, engine: str = "auto") -> Plan:
+    """Each IP of the table settled at once, given a job, or (--since) skipped."""
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     store = Store(models)
+    table = read_table(data, layout)
+    firsts = [-params.points] * len(table) if params.since is None else first_after(table, params.since)
     order, settled, jobs = [], {}, []
-    for series in read_table(data, layout):
+    for series, first in zip(table, firsts):
+        if first == len(series.labels):
+            continue
         order.append(series.ip)
         label = series.labels[-1] if series.labels else ""
         try:
@@ -60,8 +74,8 @@ def plan(data: str, models: str, params: Params, layout: str | None, engine: str
         # The numpy engine reads files; a SavedModel directory goes straight to the TensorFlow pool.
         lean = engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
         jobs.append(Job(series.ip, series.labels, series.values.tolist(), store.root, found.model,
-                        found.scaler, found.std, params, engine, "lean" if lean else "full"))
-    return order, settled, jobs
+                        found.scaler, found.std, params, engine, "lean" if lean else "full", first=first))
+    return Plan(order, settled, jobs, len(table) - len(order))
 
 
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
@@ -76,12 +90,12 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
-        order, results, jobs = plan(data, models, params, options.layout, options.engine)
+        order, results, jobs, skipped = plan(data, models, params, options.layout, options.engine)
         executor = make_executor(options)
         journal = None
         if out:
             stack.enter_context(Lock(out + ".lock"))
-            settings = {"params": [params.rolling, params.window, list(params.sigmas)], "layout": options.layout}
+            settings = {"params": dataclasses.asdict(params), "layout": options.layout}
             journal = Journal(out + ".journal", fingerprint(data, models, settings))
             done = journal.open(options.resume)
             stack.callback(journal.close, remove=False)
@@ -106,7 +120,7 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
                               resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                               backend=executor.name, workers=options.workers,
                               jobs_per_worker=options.jobs_per_worker, engine=options.engine,
-                              versions=versions())
+                              skipped=skipped, versions=versions())
         if out:
             export.write_csv(ordered, params.sigmas, out)
             export.write_summary(out + ".summary.json", info)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from .job import Result
+from .job import Point, Result
 
 
 def columns(sigmas: tuple[float, float]) -> list[str]:
@@ -21,24 +21,30 @@ def columns(sigmas: tuple[float, float]) -> list[str]:
                "worker_peak_rss_mib"])
 
 
-def row(result: Result) -> list[Any]:
-    """The result as CSV cells; None is an empty cell, floats keep full precision."""
-    bands = [v for pair in zip(result.lower, result.upper) for v in pair] or [None] * 4
-    anomaly = None if result.anomaly is None else ("true" if result.anomaly else "false")
-    return [result.ip, result.timestamp, result.observed, result.predicted,
-            result.std if result.predicted is not None else None, *bands, anomaly,
-            result.severity.value if result.severity else None, result.status.value, result.error,
-            result.model, result.attempts,
+def rows(result: Result) -> list[list[Any]]:
+    """The result's CSV rows: one per scored point, in time order, or one saying why there is none."""
+    return [row(result, point) for point in result.points] or [row(result, None)]
+
+
+def row(result: Result, point: Point | None) -> list[Any]:
+    """One point of the result as CSV cells; None is an empty cell, floats keep full precision."""
+    if point is None:
+        values = [result.timestamp] + [None] * 9
+    else:
+        anomaly = "true" if point.anomaly else "false"
+        values = [point.timestamp, point.observed, point.predicted, point.std,
+                  *[v for pair in zip(point.lower, point.upper) for v in pair], anomaly, point.severity.value]
+    return [result.ip, *values, result.status.value, result.error, result.model, result.attempts,
             None if result.duration_ms is None else round(result.duration_ms, 1), result.worker_pid,
             None if result.worker_peak_rss_mib is None else round(result.worker_peak_rss_mib, 1)]
 
 
 def to_frame(results: list[Result], sigmas: tuple[float, float]) -> pd.DataFrame:
-    return pd.DataFrame([row(r) for r in results], columns=columns(sigmas))
+    return pd.DataFrame([cells for r in results for cells in rows(r)], columns=columns(sigmas))
 
 
 def write_csv(results: list[Result], sigmas: tuple[float, float], path: str) -> None:
-    write_rows(path, columns(sigmas), [row(r) for r in results])
+    write_rows(path, columns(sigmas), [cells for r in results for cells in rows(r)])
 
 
 def write_rows(path: str, header: list[str], rows: list[list[Any]]) -> None:
@@ -74,12 +80,14 @@ def write_atomic(path: str, text: str) -> None:
 
 def summary(results: list[Result], executed: int, wall_s: float, coordinator_peak_mib: float,
             **extra: Any) -> dict:
+    """Counts per IP (`ips`, `status`) and per row (`rows`, `severity`, `anomalies`)."""
     peaks = [r.worker_peak_rss_mib for r in results if r.worker_peak_rss_mib]
     return {
         "ips": len(results),
+        "rows": sum(max(1, len(r.points)) for r in results),
         "status": dict(Counter(r.status.value for r in results)),
-        "severity": dict(Counter(r.severity.value for r in results if r.severity)),
-        "anomalies": sum(1 for r in results if r.anomaly),
+        "severity": dict(Counter(p.severity.value for r in results for p in r.points)),
+        "anomalies": sum(r.anomalies for r in results),
         "jobs_run": executed,
         "engines": dict(Counter(r.engine for r in results if r.engine)),
         "wall_s": round(wall_s, 3),

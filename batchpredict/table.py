@@ -1,6 +1,7 @@
 """The per-IP stats table: wide (IP, then one column per time bucket) or long (ip,timestamp,value)."""
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,7 @@ class Series:
     values: np.ndarray
     problem: str = ""  # why this IP cannot be scored as given (duplicates, ...)
     rows: list[int] = field(default_factory=list)
+    keys: list = field(default_factory=list)  # long tables: each label's order key (_order_key)
 
 
 def read_table(path: str, layout: str | None = None) -> list[Series]:
@@ -80,12 +82,30 @@ def _read_long(frame: pd.DataFrame, path: str) -> list[Series]:
     result = []
     for ip, group in frame.groupby("ip", sort=False):
         group = group.sort_values("_key", kind="stable")
-        series = Series(ip, group["timestamp"].tolist(), _numbers(group["value"]), rows=[i + 2 for i in group.index])
+        series = Series(ip, group["timestamp"].tolist(), _numbers(group["value"]), rows=[i + 2 for i in group.index],
+                        keys=group["_key"].tolist())
         dupes = group["timestamp"][group["_key"].duplicated()].unique().tolist()
         if dupes:
             series.problem = f"duplicate timestamp {dupes[0]!r} for this IP"
         result.append(series)
     return result
+
+
+def first_after(table: list[Series], label: str) -> list[int]:
+    """Each series' index of its first point after `label`, its length when it has none.
+
+    Wide tables: `label` is a column header and "after" is the columns to its right. Long tables:
+    `label` is a timestamp some IP has, and "after" follows the table's order key (dates, numbers or
+    text, as the rows were sorted). UsageError when no series has it.
+    """
+    holder = next((series for series in table if label in series.labels), None)
+    if holder is None:
+        what = "timestamp of any IP" if table and table[0].keys else "column header"
+        raise UsageError(f"--since {label!r} is not a {what} in the table (give it as written there)")
+    at = holder.labels.index(label)
+    if not holder.keys:
+        return [at + 1] * len(table)  # a wide table's series share its columns
+    return [bisect.bisect_right(series.keys, holder.keys[at]) for series in table]
 
 
 def _order_key(stamps: pd.Series) -> pd.Series:

@@ -100,3 +100,68 @@ def test_a_worker_reusing_one_architecture_predicts_as_fresh_workers_do(tmp_path
     assert reused["worker_pid"].nunique() == 1 and fresh["worker_pid"].nunique() == 6
     assert len(set(fresh["predicted"])) == 6  # six different models
     np.testing.assert_allclose(reused["predicted"], fresh["predicted"], rtol=1e-6)
+
+
+TIMING = ["attempts", "duration_ms", "worker_pid", "worker_peak_rss_mib"]
+POINTS = 8
+
+
+@pytest.fixture(scope="module")
+def points_store(tmp_path_factory):
+    """Models whose one batched call must give what one call per window gives: two LSTMs (one with
+    variable timesteps, fed --window), and a linear model declaring 12 timesteps, which replace
+    --window 20. A 30-column table: 26 smoothed points, so a window of 20 leaves 6 to score."""
+    from conftest import SCALERS, build_models, write_scaler, write_stds
+
+    store = tmp_path_factory.mktemp("points") / "store"
+    items = {"10.5.0.1": {"kind": "lstm", "format": "h5", "seed": 1},
+             "10.5.0.2": {"kind": "linear", "format": "keras", "window": 12, "weights": weights_for("10.5.0.2", 12)},
+             "10.5.0.3": {"kind": "lstm", "format": "keras", "window": None, "seed": 3}}
+    build_models(store, [{"ip": ip, **item} for ip, item in items.items()])
+    data = {ip: series_for(ip, 30) for ip in items}
+    data["10.5.0.1"][[2, 27]] = np.nan  # the fill differs at every cut: the mean up to it
+    for i, ip in enumerate(items):
+        write_scaler(store, ip, SCALERS[i]().fit(data[ip][~np.isnan(data[ip])].reshape(-1, 1)))
+    write_stds(store, {ip: 0.4 for ip in items})  # narrow bands: some points flagged
+    return store, data
+
+
+@pytest.mark.parametrize("engine", ["auto", pytest.param("keras", marks=pytest.mark.slow)])
+def test_points_n_equals_one_point_runs_on_the_table_cut_off_at_each_point(points_store, tmp_path, engine):
+    store, data = points_store
+    table = wide_table(tmp_path / "t.csv", data)
+    options = RunOptions(workers=2, engine=engine)
+    frame = predict_table(str(table), str(store), params=Params(points=POINTS), options=options)
+    cuts = []
+    for drop in range(POINTS - 1, -1, -1):
+        cut = wide_table(tmp_path / f"cut{drop}.csv", {ip: values[:len(values) - drop] for ip, values in data.items()})
+        cuts.append(predict_table(str(cut), str(store), options=options))
+    expected = pd.concat(cuts).query("status == 'ok'")
+    expected = expected.sort_values("ip", key=lambda ips: ips.map(list(data).index), kind="stable")
+    assert frame.attrs["summary"]["rows"] == len(frame) == len(expected) == 6 + POINTS + 6
+    assert (frame["status"] == "ok").all() and frame["anomaly"].eq("true").any()
+    got, want = frame.drop(columns=TIMING).reset_index(drop=True), expected.drop(columns=TIMING).reset_index(drop=True)
+    text = ["ip", "timestamp", "anomaly", "severity", "status", "error", "model"]
+    pd.testing.assert_frame_equal(got[text], want[text])
+    np.testing.assert_allclose(got["observed"], want["observed"], rtol=1e-13)
+    np.testing.assert_allclose(got.drop(columns=text + ["observed"]), want.drop(columns=text + ["observed"]),
+                               rtol=1e-5)
+
+
+def long_table(path, stamps: dict[str, range]):
+    rows = [f"{ip},{t},{v}" for ip, ts in stamps.items() for t, v in zip(ts, series_for(ip, len(ts)))]
+    path.write_text("ip,timestamp,value\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_since_scores_every_point_after_the_label_and_skips_ips_that_end_before_it(base_store, tmp_path):
+    a, b, c = BASE_IPS[:3]
+    table = long_table(tmp_path / "t.csv", {a: range(1, 41), b: range(1, 46), c: range(1, 36)})
+    frame = predict_table(table, str(base_store), params=Params(since="35"))
+    assert frame.groupby("ip", sort=False)["timestamp"].apply(list).to_dict() == {
+        a: [str(t) for t in range(36, 41)], b: [str(t) for t in range(36, 46)]}
+    summary = frame.attrs["summary"]
+    assert (summary["ips"], summary["rows"], summary["skipped"]) == (2, 15, 1)
+    points = predict_table(table, str(base_store), params=Params(points=10))
+    after = points[points["timestamp"].astype(int) > 35].drop(columns=TIMING).reset_index(drop=True)
+    pd.testing.assert_frame_equal(frame.drop(columns=TIMING), after)

@@ -26,6 +26,7 @@ def test_counts_equal_the_csv(every_status_run):
     severities = frame["severity"].value_counts()
     for severity in ("warning", "critical"):
         assert found[("batchpredict_anomalies", (("severity", severity),))] == severities[severity] >= 1
+    assert found[("batchpredict_rows", ())] == len(frame) and found[("batchpredict_skipped_ips", ())] == 0
     assert found[("batchpredict_last_run_success", ())] == 0
     assert found[("batchpredict_last_run_exit_code", ())] == 1
     assert ("batchpredict_last_success_timestamp_seconds", ()) not in found  # never succeeded

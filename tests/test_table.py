@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from batchpredict.errors import UsageError
-from batchpredict.table import read_table
+from batchpredict.table import first_after, read_table
 
 
 def write(tmp_path, text, name="t.csv"):
@@ -59,3 +59,35 @@ def test_unusable_tables_raise_usage_error(tmp_path, text):
 def test_missing_table(tmp_path):
     with pytest.raises(UsageError, match="not found"):
         read_table(str(tmp_path / "nope.csv"))
+
+
+# Each IP's labels in the file's row order, the label, and each IP's labels after it.
+SINCE_CASES = {
+    "numbers": ({"a": ["9", "10", "100", "11"], "b": ["2", "9.0", "12"], "c": ["1", "9"]}, "10",
+                {"a": ["11", "100"], "b": ["12"], "c": []}),
+    "dates": ({"a": ["2026-01-02 00:00", "2026-01-01T12:00", "2026-01-01 06:00"],
+               "b": ["2026-01-01T12:00:00+01:00", "2026-01-03"], "c": ["2026-01-01"]}, "2026-01-01T12:00",
+              {"a": ["2026-01-02 00:00"], "b": ["2026-01-03"], "c": []}),
+    "text": ({"a": ["w10", "w09", "w11"], "b": ["w1", "w2", "x"], "c": ["w09"]}, "w10",
+             {"a": ["w11"], "b": ["w2", "x"], "c": []}),
+}
+
+
+@pytest.mark.parametrize("kind", SINCE_CASES)
+def test_since_picks_the_points_after_the_label_in_the_tables_order(tmp_path, kind):
+    stamps, label, after = SINCE_CASES[kind]
+    rows = [f"{ip},{stamp},1" for ip, labels in stamps.items() for stamp in labels]
+    table = read_table(write(tmp_path, "ip,timestamp,value\n" + "\n".join(rows) + "\n"))
+    found = {series.ip: series.labels[first:] for series, first in zip(table, first_after(table, label))}
+    assert found == after
+
+
+def test_since_in_a_wide_table_is_a_column_and_must_exist(tmp_path):
+    table = read_table(write(tmp_path, "ip,3,1,2\nx,1,2,3\ny,4,5,6\n"))
+    assert first_after(table, "1") == [2, 2]  # columns are in time order: "after" is to the right
+    assert first_after(table, "2") == [3, 3]
+    with pytest.raises(UsageError, match="'4' is not a column header"):
+        first_after(table, "4")
+    long = read_table(write(tmp_path, "ip,timestamp,value\na,1,1\n", "l.csv"))
+    with pytest.raises(UsageError, match="'1.0' is not a timestamp of any IP"):
+        first_after(long, "1.0")  # as written: the same number written otherwise is not the label
