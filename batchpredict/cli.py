@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--since", default=None, metavar="LABEL",
                        help="score every point after LABEL: a column header (wide table) or a timestamp as "
                             "written in the table (long); IPs with nothing after it get no rows")
+    predict.add_argument("--std", default="store", metavar="store|rolling:N|mad:N",
+                         help="the std of the bands: std.json's (default), or from the model's residuals over the "
+                              "N scored points before each point: their std, or 1.4826 x their median absolute value")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     add_engine_option(predict)
     predict.add_argument("--backend", default="local", help="local (default) or ray")
@@ -166,7 +169,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         with Progress(enabled=not args.quiet, interval=args.progress_interval) as progress:
             frame = predict_table(args.data, args.models, args.out,
                                   Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas,
-                                         points=args.points, since=args.since),
+                                         points=args.points, since=args.since, std=args.std),
                                   RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker,
                                              timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
                                              retries=args.retries, backend=args.backend, resume=args.resume,
@@ -178,7 +181,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             write_metrics(args.metrics_file, None, exc.exit_code, started)
         raise
     info = frame.attrs["summary"]
-    rows = f", {info['rows']} rows" if info["rows"] != info["ips"] else ""
+    rows = f", {info['rows']} rows, {sum(info['events'].values())} events" if info["rows"] != info["ips"] else ""
     skipped = f" ({info['skipped']} skipped: nothing after {args.since})" if info["skipped"] else ""
     logs.final.info(f"batchpredict: {info['ips']} IPs{rows}{skipped} in {info['wall_s']:.1f} s "
                     f"({info['jobs_per_s'] or 0:.1f} jobs/s) -> {args.out}: " + (_counts(info["status"]) or "no rows")

@@ -19,6 +19,7 @@ from typing import Callable, Iterator, NamedTuple
 import pandas as pd
 
 from . import export
+from .anomaly import std_mode
 from .backend import make_executor
 from .errors import Interrupted, JobError, UsageError
 from .job import ENGINES, Job, Params, Result, RunOptions, Status
@@ -36,6 +37,10 @@ def check_params(params: Params) -> None:
                          f"{params.window}, {params.points})")
     if params.since is not None and params.points != 1:
         raise UsageError("--points and --since exclude each other: --since scores every point after its label")
+    try:
+        std_mode(params.std)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     low, high = params.sigmas
     if not (0 < low < high) or not math.isfinite(high):
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
@@ -116,17 +121,21 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
             if on_result:
                 on_result(result)
         ordered = [results[ip] for ip in order]
+        std_source = params.std != "store"
+        frame = export.to_frame(ordered, params.sigmas, std_source)
+        alerts = export.events(frame)
         info = export.summary(ordered, len(jobs), time.monotonic() - started,
-                              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, alerts,
                               backend=executor.name, workers=options.workers,
                               jobs_per_worker=options.jobs_per_worker, engine=options.engine,
                               skipped=skipped, versions=versions())
         if out:
-            export.write_csv(ordered, params.sigmas, out)
+            export.write_csv(ordered, params.sigmas, out, std_source)
+            if params.points > 1 or params.since is not None:
+                export.write_events(out + ".events.csv", alerts)
             export.write_summary(out + ".summary.json", info)
             journal.close(remove=True)
-    frame = export.to_frame(ordered, params.sigmas)
-    frame.attrs["summary"] = info
+    frame.attrs["summary"], frame.attrs["events"] = info, alerts
     return frame
 
 

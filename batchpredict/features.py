@@ -19,18 +19,17 @@ def rolling_series(values: np.ndarray, rolling: int) -> np.ndarray:
     return smoothed
 
 
-def scored_windows(values: np.ndarray, rolling: int, window: int, first: int = -1
+def scored_windows(values: np.ndarray, rolling: int, window: int, start: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(positions, inputs, observed) of every point from index `first` on (negative: from the end)
-    that has `window` smoothed values before it: its index in `values`, those values (one row per
-    point) and its own smoothed value.
+    """(positions, inputs, observed) of every point from index `start` on that has `window` smoothed
+    values before it: its index in `values`, those values (one row per point) and its own smoothed
+    value.
 
     Each point sees what a run on the series cut off at that point would see: a NaN of the rolling
     mean is filled with the mean of the raw values up to the point, not of the whole series.
     """
     raw, numeric = _numeric(values)
     means = _rolling_means(raw, rolling)
-    start = max(0, len(raw) + first if first < 0 else first)
     ends = np.arange(max(window, start - rolling + 1), len(means)) + rolling  # each cut's length
     if not len(ends):
         raise JobError(Status.INSUFFICIENT_DATA,
@@ -46,7 +45,7 @@ def scored_windows(values: np.ndarray, rolling: int, window: int, first: int = -
 
 def split_window(values: np.ndarray, rolling: int, window: int) -> tuple[np.ndarray, float]:
     """(inputs, observed) of the last point: the `window` smoothed values before it, and its own."""
-    _, inputs, observed = scored_windows(values, rolling, window)
+    _, inputs, observed = scored_windows(values, rolling, window, len(values) - 1)
     return inputs[0], float(observed[0])
 
 

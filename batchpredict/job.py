@@ -41,6 +41,7 @@ class Params:
     sigmas: tuple[float, float] = (2.0, 4.0)
     points: int = 1            # the last N points of each series (--points)
     since: str | None = None   # or every point after this label (--since); the two exclude each other
+    std: str = "store"         # the std of the bands: std.json's, or rolling:N / mad:N of the residuals
 
 
 ENGINES = ("auto", "numpy", "keras")  # RunOptions.engine: who computes the forward pass
@@ -89,6 +90,7 @@ class Point:
     upper: tuple[float, ...]
     anomaly: bool
     severity: Severity
+    std_source: str = "store"  # which std: std.json's, or the --std mode's (rolling:N, mad:N)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Point":
@@ -135,6 +137,10 @@ class Job:
     pool: str = "lean"    # the forkserver it runs in: "lean" (numpy, no TensorFlow) or "full"
     notes: tuple[str, ...] = ()  # why it left the lean pool, for the debug log
     first: int = -1  # the index of the first point to score; negative counts from the end
+
+    def start(self) -> int:
+        """The index of the first point to score."""
+        return max(0, len(self.values) + self.first) if self.first < 0 else self.first
 
     def rerouted(self, reason: str) -> "Job":
         """The job for the TensorFlow pool, after a lean worker found it could not run it."""

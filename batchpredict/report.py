@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import JobError, UsageError
-from .export import write_atomic
+from .export import events, write_atomic
 from .features import rolling_series
 from .job import Params, Severity, Status
 from .table import read_table, read_text_csv
@@ -29,7 +29,7 @@ PLOTS = "plots"
 SEVERITY_COLOURS = {"normal": "#2da44e", "warning": "#d29922", "critical": "#cf222e"}
 LISTED = 200  # rows per table of failures / unscored IPs; the counts above stay complete
 LISTED_ANOMALIES = 1000  # flagged points listed, worst first
-TEXT_COLUMNS = ["ip", "timestamp", "anomaly", "severity", "status", "error", "model"]
+TEXT_COLUMNS = ["ip", "timestamp", "std_source", "anomaly", "severity", "status", "error", "model"]
 FAILED = {s.value for s in Status if s.failed}
 
 
@@ -196,10 +196,11 @@ def render(frame: pd.DataFrame, anomalous: pd.DataFrame, images: dict[str, str],
     ips = frame.drop_duplicates("ip")  # an IP's rows share its status, error and timing
     status_counts = ips["status"].value_counts()
     severity_counts = frame["severity"].value_counts()
+    event_counts = events(frame)["peak_severity"].value_counts()
     status_rows = [[f'<span class="status {s.value}">{s.value}</span>', int(status_counts.get(s.value, 0)),
                     "failed" if s.failed else ""] for s in Status]
-    severity_rows = [[f'<span class="sev {s.value}">{s.value}</span>', int(severity_counts.get(s.value, 0))]
-                     for s in Severity]
+    severity_rows = [[f'<span class="sev {s.value}">{s.value}</span>', int(severity_counts.get(s.value, 0)),
+                      int(event_counts.get(s.value, 0)) if s is not Severity.NORMAL else ""] for s in Severity]
     failed = ips[ips["status"].isin(FAILED)]
     unscored = ips[~ips.index.isin(failed.index) & (ips["status"] != Status.OK.value)]
     slowest = ips.dropna(subset=["duration_ms"]).nlargest(10, "duration_ms")
@@ -224,7 +225,7 @@ def render(frame: pd.DataFrame, anomalous: pd.DataFrame, images: dict[str, str],
         title=_e(f"batchpredict report: {os.path.basename(results)}"),
         meta=" · ".join(meta),
         status=_table(["status", "IPs", ""], status_rows, "counts"),
-        severity=_table(["severity", "points"], severity_rows, "counts"),
+        severity=_table(["severity", "points", "events"], severity_rows, "counts"),
         anomalies=(_table(["IP", "severity", "timestamp", "observed", "predicted", "std", "distance", ""],
                           anomaly_rows) if anomaly_rows else '<p class="none">None.</p>')
         + (f"<p>… and {unlisted} more in the CSV.</p>" if unlisted > 0 else ""),
@@ -287,7 +288,8 @@ figure {{ margin: 16px 0; }} figure img {{ max-width: 100%; height: auto; border
 <p class="meta">{meta}</p>
 <section id="summary" class="overview">
 <div><h2>IPs per status</h2>{status}</div>
-<div><h2>Points per severity</h2>{severity}</div>
+<div><h2>Points and events per severity</h2>{severity}
+<p class="meta">An event is a run of consecutive flagged points of one IP, counted at its worst.</p></div>
 </section>
 <section id="anomalies"><h2>Anomalies ({count})</h2>{anomalies}{not_plotted}{figures}</section>
 {failures}

@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from . import loading, scalers
-from .anomaly import assess
+from .anomaly import assess, point_stds, std_mode
 from .errors import JobError, Unsupported, first_line
 from .features import scored_windows
 from .job import Job, Point, Result, Status
@@ -44,8 +44,11 @@ def _score(job: Job, result: Result) -> None:
     if model.window is not None and model.window != window:
         result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")
         window = model.window
+    kind, count = std_mode(params.std)
+    start = job.start()
+    # --std rolling:N / mad:N also scores the N points before the first one, for their residuals only.
     positions, inputs, observed = scored_windows(np.asarray(job.values, dtype=float), params.rolling, window,
-                                                 job.first)
+                                                 max(0, start - count))
     # Every point's window in one call: the model, the scaler and the arithmetic are per row.
     x = scaler.transform(inputs.reshape(-1)).reshape(len(positions), window, 1).astype(np.float32)
     raw = np.asarray(model.predict(x), dtype=float).reshape(len(positions), -1)
@@ -53,5 +56,8 @@ def _score(job: Job, result: Result) -> None:
     finite = np.isfinite(predicted)
     if not finite.all():
         raise JobError(Status.ERROR, f"model returned {predicted[~finite][0]} for a finite window")
-    result.points = [Point(job.labels[at], seen, guess, job.std, *assess(seen, guess, job.std, params.sigmas))
-                     for at, seen, guess in zip(positions.tolist(), observed.tolist(), predicted.tolist())]
+    stds, sources = point_stds(observed - predicted, job.std, kind, count)
+    result.points = [Point(job.labels[at], seen, guess, std, *assess(seen, guess, std, params.sigmas), source)
+                     for at, seen, guess, std, source in zip(positions.tolist(), observed.tolist(),
+                                                             predicted.tolist(), stds.tolist(), sources)
+                     if at >= start]

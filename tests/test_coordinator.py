@@ -1,5 +1,6 @@
 """The algorithm end to end through real workers, against an independent numpy computation."""
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -165,3 +166,70 @@ def test_since_scores_every_point_after_the_label_and_skips_ips_that_end_before_
     points = predict_table(table, str(base_store), params=Params(points=10))
     after = points[points["timestamp"].astype(int) > 35].drop(columns=TIMING).reset_index(drop=True)
     pd.testing.assert_frame_equal(frame.drop(columns=TIMING), after)
+
+
+@pytest.mark.parametrize("mode, points", [("rolling:8", 10), ("rolling:8", 60), ("mad:8", 10), ("mad:8", 60)])
+def test_each_row_uses_the_std_of_the_residuals_of_the_scored_points_before_it(base_store, tmp_path, mode, points):
+    """A --std run must judge each point by the 8 residuals (observed - predicted) of the scored points
+    before it, or by the store's std where there are fewer: 60 values leave 36 scorable points, the
+    first 8 without 8 before them. Over all 36, the residuals are the run's own rows; over the last
+    10, the 8 before the first are scored but not written, so a store run over all 36 gives them,
+    equal to float32 rounding (a batch of 18 windows against one of 36)."""
+    ips = BASE_IPS[:2]
+    data = {ip: series_for(ip, 60) for ip in ips}
+    data[ips[0]][[45, 46]] += 40  # outliers inside the residual windows
+    table = str(wide_table(tmp_path / "t.csv", data))
+    every = predict_table(table, str(base_store), params=Params(points=60))
+    frame = predict_table(table, str(base_store), params=Params(points=points, std=mode))
+    assert list(frame.columns) == list(every.columns[:5]) + ["std_source"] + list(every.columns[5:])
+    kind, count = mode.split(":")
+    source, rel = (frame, 1e-12) if points == 60 else (every, 1e-6)
+    for ip in ips:
+        residuals = source[source["ip"] == ip].set_index("timestamp").eval("observed - predicted")
+        store_std = every.loc[every["ip"] == ip, "std"].iloc[0]
+        rows = frame[frame["ip"] == ip]
+        assert len(rows) == min(points, 36) and (rows["status"] == "ok").all()
+        for row in rows.itertuples():
+            at = residuals.index.get_loc(row.timestamp)
+            before = residuals.iloc[max(0, at - 8):at].to_numpy()
+            if len(before) < 8:
+                assert (row.std, row.std_source) == (store_std, "store")
+                continue
+            by_hand = np.std(before, ddof=1) if kind == "rolling" else 1.4826 * np.median(np.abs(before))
+            assert row.std == pytest.approx(by_hand, rel=rel) and row.std_source == mode
+            assert row.upper_4std == pytest.approx(row.predicted + 4 * row.std, rel=1e-12)
+        pd.testing.assert_frame_equal(  # the points themselves are the store run's
+            rows[["timestamp", "observed", "predicted"]].reset_index(drop=True),
+            every[every["ip"] == ip][["timestamp", "observed", "predicted"]].tail(len(rows)).reset_index(drop=True))
+
+
+def read_events(path):
+    return pd.read_csv(path, dtype={c: str for c in ("ip", "start", "end", "peak_severity", "open")})
+
+
+def test_events_file_collapses_runs_of_flagged_points_per_ip(store, tmp_path):
+    """a: two runs of flags with normal points between them; b: flagged up to its last point (open),
+    right after a's last flagged point in the file; c: none. Each raw jump lifts 5 smoothed values
+    by 300; with a std of 60 nothing else is flagged, not even the prediction's echo of a jump."""
+    from conftest import write_stds
+
+    a, b, c = BASE_IPS[:3]
+    write_stds(store, {ip: 60.0 for ip in BASE_IPS})
+    data = {ip: series_for(ip) for ip in (a, b, c)}
+    data[a][[30, 37]] += 1500
+    data[b][38] += 1500
+    table, out = wide_table(tmp_path / "t.csv", data), tmp_path / "a.csv"
+    frame = predict_table(str(table), str(store), str(out), params=Params(points=12))
+    events = read_events(Path(str(out) + ".events.csv"))
+    flagged = frame[frame["anomaly"] == "true"].groupby("ip")["timestamp"].apply(list).to_dict()
+    assert flagged == {a: [f"t{i:03d}" for i in [*range(30, 35), *range(37, 40)]],
+                       b: ["t038", "t039"]}  # a's two runs touch: t034 then t037 is after a gap
+    assert events[["ip", "start", "end", "points", "open"]].values.tolist() == [
+        [a, "t030", "t034", 5, "false"], [a, "t037", "t039", 3, "true"], [b, "t038", "t039", 2, "true"]]
+    for event in events.itertuples():
+        rows = frame[(frame["ip"] == event.ip) & frame["timestamp"].between(event.start, event.end)]
+        assert event.peak_sigma == pytest.approx(((rows.observed - rows.predicted).abs() / rows["std"]).max())
+        assert event.peak_severity == ("critical" if (rows["severity"] == "critical").any() else "warning")
+    assert frame.attrs["summary"]["events"] == events["peak_severity"].value_counts().to_dict()
+    predict_table(str(table), str(store), str(tmp_path / "one.csv"))
+    assert not (tmp_path / "one.csv.events.csv").exists()  # the default one point per IP writes none

@@ -14,6 +14,7 @@ import pandas as pd
 import psutil
 import pytest
 
+from batchpredict import Params, predict_table
 from batchpredict.errors import LockHeld, UsageError
 from batchpredict.job import Point, Result, Severity, Status
 from batchpredict.journal import Journal, Lock
@@ -119,8 +120,7 @@ def test_second_run_on_same_output_exits_75_and_kill_9_then_resume(store, table,
 
 def test_a_points_run_resumed_mid_way_writes_the_uninterrupted_runs_csv(store, tmp_path, clean_run):
     table, reference, out = clean_run.table, tmp_path / "ref.csv", tmp_path / "a.csv"
-    done = run_cli("predict", "--data", table, "--models", store, "--out", reference, "--points", "5")
-    assert done.returncode == 0, done.stderr
+    predict_table(str(table), str(store), str(reference), params=Params(points=5))
     journal = Path(str(out) + ".journal")
     run = start_cli("--data", table, "--models", store, "--out", out, "--workers", "1", "--points", "5")
     wait_for(lambda: len(journal_results(journal)) >= 3)
@@ -139,3 +139,5 @@ def test_a_points_run_resumed_mid_way_writes_the_uninterrupted_runs_csv(store, t
     frame = read_out(out)
     assert not frame.duplicated(["ip", "timestamp"]).any()
     pd.testing.assert_frame_equal(frame.drop(columns=TIMING), read_out(reference).drop(columns=TIMING))
+    events = Path(str(out) + ".events.csv").read_text()  # the resumed IPs' points from the journal included
+    assert events == Path(str(reference) + ".events.csv").read_text() and events.count("\n") > 2

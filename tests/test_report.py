@@ -159,3 +159,15 @@ def test_a_points_run_gets_one_plot_per_anomalous_ip_and_every_flagged_point_lis
     for src in page.images.values():
         with Image.open(tmp_path / "r" / src) as image:
             image.verify()
+    peaks, previous = [], None  # events by hand: a flagged row after a flagged row of the same IP goes on
+    for row in frame.itertuples():
+        if row.anomaly == "true":
+            if previous is not None and previous.anomaly == "true" and previous.ip == row.ip:
+                peaks[-1] = max(peaks[-1], row.severity, key=["warning", "critical"].index)
+            else:
+                peaks.append(row.severity)
+        previous = row
+    for severity in ("warning", "critical"):  # its points, then its events
+        at = page.cells.index(severity)
+        assert page.cells[at + 1:at + 3] == [str((flagged["severity"] == severity).sum()), str(peaks.count(severity))]
+    assert len(peaks) < len(flagged)
