@@ -31,6 +31,19 @@ def sigma(frame: pd.DataFrame) -> np.ndarray:
     return result
 
 
+def runs(ips: np.ndarray, flagged: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first rows, last rows) of each run of flagged rows of one IP, and a mask of each IP's last row."""
+    n = len(ips)
+    new_ip = np.ones(n, dtype=bool)
+    new_ip[1:] = ips[1:] != ips[:-1]
+    last_of_ip = np.ones(n, dtype=bool)
+    last_of_ip[:-1] = new_ip[1:]
+    before, after = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    before[1:], after[:-1] = flagged[:-1], flagged[1:]
+    return (np.flatnonzero(flagged & (new_ip | ~before)), np.flatnonzero(flagged & (last_of_ip | ~after)),
+            last_of_ip)
+
+
 def collapse(points: pd.DataFrame, flagged: np.ndarray) -> pd.DataFrame:
     """One row per event, in the points' order: EVENT_COLUMNS.
 
@@ -42,15 +55,7 @@ def collapse(points: pd.DataFrame, flagged: np.ndarray) -> pd.DataFrame:
     if len(flagged) != len(points):
         raise ValueError(f"flagged has {len(flagged)} values for {len(points)} points")
     ips = points["ip"].astype(str).to_numpy()
-    n = len(ips)
-    new_ip = np.ones(n, dtype=bool)
-    new_ip[1:] = ips[1:] != ips[:-1]
-    last_of_ip = np.ones(n, dtype=bool)
-    last_of_ip[:-1] = new_ip[1:]
-    before, after = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-    before[1:], after[:-1] = flagged[:-1], flagged[1:]
-    run_start = np.flatnonzero(flagged & (new_ip | ~before))
-    run_end = np.flatnonzero(flagged & (last_of_ip | ~after))
+    run_start, run_end, last_of_ip = runs(ips, flagged)
 
     rows = np.flatnonzero(flagged)             # each run is a contiguous slice of these
     first = np.searchsorted(rows, run_start)   # where each run starts within `rows`
