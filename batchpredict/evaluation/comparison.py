@@ -1,0 +1,158 @@
+"""`batchpredict evaluate`: the model's flags, and the baseline's, against the labels at each threshold."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UsageError
+from ..export import write_atomic, write_rows
+from ..inspection import format_table as aligned
+from ..job import Params, Status
+from ..report import read_results
+from ..table import read_table
+from . import BASELINES
+from .baseline import zscore_points
+from .labels import Labels, read_labels
+from .nab import STANDARD
+from .scoring import METRICS, TOTAL, WINDOW_COLUMNS, flags, place, score
+
+log = logging.getLogger("batchpredict")
+
+MODEL = "model"
+KEYS = ["detector", "threshold", "level"]
+
+
+@dataclass
+class Evaluation:
+    metrics: pd.DataFrame                 # KEYS + METRICS: each IP, then the TOTAL row, per detector and threshold
+    windows: pd.DataFrame                 # KEYS + WINDOW_COLUMNS: every counted window
+    warnings: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def thresholds_of(sigmas: tuple[float, float] | None, sweep: list[float] | None) -> list[tuple[float, str]]:
+    """(threshold, level) pairs: the sweep's values, or warning and critical."""
+    if sweep:
+        return [(value, "") for value in sweep]
+    return [(sigmas[0], "warning"), (sigmas[1], "critical")]
+
+
+def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = None, sweep: list[float] | None = None,
+             baseline: str | None = None, data: str | None = None, layout: str | None = None,
+             params: Params = Params()) -> Evaluation:
+    """Read the results and labels, score each detector at each threshold. UsageError for unusable input.
+
+    `sigmas` default to the ones the results were made with (their band columns).
+    """
+    if baseline and baseline not in BASELINES:
+        raise UsageError(f"no baseline {baseline!r}; choose from {', '.join(BASELINES)}")
+    if baseline and not data:
+        raise UsageError("--baseline needs --data, the table the results were predicted from")
+    frame, made_with = read_results(results)
+    chosen = thresholds_of(sigmas or made_with, sweep)
+    warnings: list[str] = []
+    points = _scored_rows(frame, results, warnings)
+    marks = read_labels(labels)
+    warnings += marks.warnings
+    points = _match(points, marks, warnings)
+
+    detectors = {MODEL: place(points, marks)}
+    if baseline:
+        table = read_table(data, layout)
+        model = detectors[MODEL]
+        detectors[baseline] = place(zscore_points(model.frame, table, Params(params.rolling, params.window,
+                                                                          sigmas or made_with)), marks)
+    metrics, windows = [], []
+    for value, level in chosen:
+        for name, scored in detectors.items():
+            per_ip, per_window = score(scored, flags(scored, value))
+            keys = {"detector": name, "threshold": value, "level": level}
+            metrics.append(per_ip.assign(**keys)[KEYS + METRICS])
+            windows.append(per_window.assign(**keys)[KEYS + WINDOW_COLUMNS])
+    for line in warnings:
+        log.warning("evaluate: %s", line)
+    return Evaluation(pd.concat(metrics, ignore_index=True), pd.concat(windows, ignore_index=True), warnings,
+                      {"results": results, "labels": labels, **({"data": data} if baseline else {})})
+
+
+def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str]) -> pd.DataFrame:
+    scored = (frame["status"] == Status.OK.value) & frame["predicted"].notna()
+    if not scored.any():
+        raise UsageError(f"{path} has no scored rows (status ok with a prediction) to evaluate")
+    if not scored.all():
+        warnings.append(f"{int((~scored).sum())} rows of {path} were not scored (status other than ok); "
+                        f"left out")
+    return frame.loc[scored, ["ip", "timestamp", "observed", "predicted", "std", "severity"]].reset_index(drop=True)
+
+
+def _match(points: pd.DataFrame, marks: Labels, warnings: list[str]) -> pd.DataFrame:
+    """Drop the IPs whose labels were unusable; name the ids on one side only."""
+    ips = list(dict.fromkeys(points["ip"]))
+    if marks.excluded:
+        points = points[~points["ip"].isin(list(marks.excluded))].reset_index(drop=True)
+        if points.empty:
+            raise UsageError("every IP of the results has unusable labels: "
+                             + "; ".join(f"{ip}: {why}" for ip, why in marks.excluded.items()))
+    unscored = [ident for ident in marks.windows if ident not in set(ips)]
+    if unscored:
+        warnings.append(f"{len(unscored)} label ids have no scored point in the results, their windows are not "
+                        f"counted: {_some(unscored)}")
+    unlabelled = [ip for ip in ips if ip not in marks.windows and ip not in marks.excluded]
+    if unlabelled:
+        warnings.append(f"{len(unlabelled)} IPs have no labels and are scored with no window (false alarms "
+                        f"only): {_some(unlabelled)}")
+    return points
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+TABLE_COLUMNS = ["threshold", "detector", "ip", "recall", "false alarm points/day", "false alarm events/day",
+                 "precision", "F1", "mean delay", "NAB"]
+
+
+def format_table(metrics: pd.DataFrame, totals_only: bool = False) -> str:
+    """The metrics as aligned text: one line per detector, threshold and IP (or only the totals)."""
+    rows = metrics[metrics["ip"] == TOTAL] if totals_only else metrics
+    lines = [[_threshold(r.threshold, r.level), r.detector, "total" if r.ip == TOTAL else r.ip,
+              f"{r.detected}/{r.windows}" + ("" if r.windows == 0 else f" ({r.recall:.0%})"),
+              _num(r.false_alarm_points_per_day, 1), _num(r.false_alarm_events_per_day, 2), _num(r.precision, 2),
+              _num(r.f1, 2), "" if math.isnan(r.mean_delay_minutes) else f"{r.mean_delay_minutes:.0f} min",
+              _num(r.nab_score, 1)] for r in rows.itertuples()]
+    return aligned(TABLE_COLUMNS, lines)
+
+
+def _threshold(value: float, level: str) -> str:
+    return f"{value:g}σ" + (f" ({level})" if level else "")
+
+
+def _num(value: float, digits: int) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def write(evaluation: Evaluation, prefix: str) -> list[str]:
+    """PREFIX.csv (the metrics) and PREFIX.json (metrics, windows, warnings, sources); the paths written."""
+    metrics = evaluation.metrics.astype(object).where(evaluation.metrics.notna(), None)
+    write_rows(prefix + ".csv", list(metrics.columns), metrics.values.tolist())
+    document = {
+        **evaluation.sources,
+        "nab_profile": vars(STANDARD),
+        "warnings": evaluation.warnings,
+        "metrics": _records(evaluation.metrics),
+        "windows": _records(evaluation.windows),
+    }
+    write_atomic(prefix + ".json", json.dumps(document, indent=1, allow_nan=False) + "\n")
+    return [prefix + ".csv", prefix + ".json"]
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    clean = frame.astype(object).where(frame.notna(), None)
+    return [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
+            for row in clean.to_dict("records")]
+
