@@ -164,10 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--sweep", type=parse_sweep, nargs="?", const=parse_sweep(DEFAULT_SWEEP), default=None,
                           metavar="START:STOP:STEP",
                           help=f"evaluate at every threshold of this range instead (default {DEFAULT_SWEEP})")
+    evaluate.add_argument("--after", default=None, metavar="TABLE",
+                          help="count only the points after each IP's last timestamp in TABLE (e.g. the table "
+                               "train read: the points its models never saw)")
     evaluate.add_argument("--baseline", choices=BASELINES, default=None,
                           help="also score a rolling z-score detector over the same points (needs --data)")
     evaluate.add_argument("--data", default=None, help="--baseline: the stats table the results were predicted from")
-    evaluate.add_argument("--layout", choices=["wide", "long"], default=None)
+    evaluate.add_argument("--layout", choices=["wide", "long"], default=None, help="of --data and --after")
     evaluate.add_argument("--window", type=positive_int, default=20, help="--baseline: values before each point")
     evaluate.add_argument("--rolling", type=positive_int, default=5, help="--baseline: the rolling mean, as predict's")
     add_log_options(evaluate)
@@ -233,7 +236,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation.comparison import evaluate, format_table, write
 
     done = evaluate(args.results, args.labels, args.sigmas, args.sweep, args.baseline, args.data, args.layout,
-                    Params(rolling=args.rolling, window=args.window))
+                    Params(rolling=args.rolling, window=args.window), args.after)
     if not args.sweep:
         print(format_table(done.metrics) + "\n")
     print(format_table(done.metrics, totals_only=True))

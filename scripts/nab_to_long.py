@@ -7,8 +7,10 @@ refuses a host with a repeated timestamp, and two realAWSCloudwatch files repeat
 times (the hour a clock change skipped). `--head 0.5` keeps only the first half of each host's rows (after
 that): a training table.
 
-    python scripts/nab_to_long.py ../shared/data/nab/realAWSCloudwatch --out nab/all.csv
-    python scripts/nab_to_long.py ../shared/data/nab/realAWSCloudwatch --head 0.5 --out nab/train.csv
+    python scripts/nab_to_long.py NAB/data/realAWSCloudwatch --out nab/all.csv
+    python scripts/nab_to_long.py NAB/data/realAWSCloudwatch --head 0.5 --out nab/train.csv
+
+where NAB is a clone of github.com/numenta/NAB (or a copy of its data and labels folders).
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ def convert(folder: str, out: str, head: float = 1.0) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", help="a folder of NAB data files, e.g. ../shared/data/nab/realAWSCloudwatch")
+    parser.add_argument("folder", help="a folder of NAB data files, e.g. NAB/data/realAWSCloudwatch")
     parser.add_argument("--out", required=True, help="the long table to write")
     parser.add_argument("--head", type=float, default=1.0, metavar="FRACTION",
                         help="keep the first FRACTION of each host's rows (default 1: all)")

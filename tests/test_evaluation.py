@@ -243,3 +243,17 @@ def test_cli_exit_2_with_one_line(case, tmp_path, args, message):
         base[flag] = str(tmp_path / value) if value.startswith("missing") else value
     done = run_cli("evaluate", *[part for pair in base.items() for part in pair])
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_after_keeps_only_the_points_later_than_the_training_table(case, tmp_path):
+    results, labels = map(str, case)
+    train = tmp_path / "train.csv"
+    train.write_text("ip,timestamp,value\n" + "".join(f"a,{stamp(i)},1\n" for i in range(6)))
+    done = evaluate(results, labels, after=str(train))
+    a, b = (rows_of(done.metrics, 2.0)[k] for k in ("a", "b"))
+    assert (a.points, a.windows, a.detected, a.false_alarm_points) == (6, 1, 0, 3)  # points 6-11; window keeps 6
+    assert b.points == 8  # not in the training table: every point counts
+    assert any("6 points at or before their IP's last timestamp" in w for w in done.warnings)
+    train.write_text("ip,timestamp,value\na,2015-01-01 00:00,1\nb,2015-01-01 00:00,1\nc,2015-01-01 00:00,1\n")
+    with pytest.raises(UsageError, match="no scored point is later"):
+        evaluate(results, labels, after=str(train))

@@ -68,7 +68,7 @@ def test_a_bad_window_leaves_its_id_out_with_a_warning_and_the_rest_is_scored(tm
     assert set(labels.windows) == {"a", "d"} and set(labels.excluded) == {"b", "c"}
     assert "ends before it starts" in labels.excluded["b"] and "not a date" in labels.excluded["c"]
     assert labels.windows["d"].tolist() == [[ns("2014-01-01T00:00"), ns("2014-01-01T03:00")]]
-    assert any("overlapping windows merged (2 -> 1)" in w for w in labels.warnings)
+    assert "overlapping windows merged for 1 ids: d" in labels.warnings
 
 
 def test_two_keys_naming_one_id_are_combined(tmp_path):

@@ -14,10 +14,10 @@ from ..export import write_atomic, write_rows
 from ..inspection import format_table as aligned
 from ..job import Params, Status
 from ..report import read_results
-from ..table import read_table
+from ..table import Series, read_table
 from . import BASELINES
 from .baseline import zscore_points
-from .labels import Labels, read_labels
+from .labels import NAT, Labels, parse_times, read_labels
 from .nab import STANDARD
 from .scoring import METRICS, TOTAL, WINDOW_COLUMNS, flags, place, score
 
@@ -44,10 +44,11 @@ def thresholds_of(sigmas: tuple[float, float] | None, sweep: list[float] | None)
 
 def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = None, sweep: list[float] | None = None,
              baseline: str | None = None, data: str | None = None, layout: str | None = None,
-             params: Params = Params()) -> Evaluation:
+             params: Params = Params(), after: str | None = None) -> Evaluation:
     """Read the results and labels, score each detector at each threshold. UsageError for unusable input.
 
-    `sigmas` default to the ones the results were made with (their band columns).
+    `sigmas` default to the ones the results were made with (their band columns). With `after` (a table,
+    e.g. the one `train` read), only the points after each IP's last timestamp in it count.
     """
     if baseline and baseline not in BASELINES:
         raise UsageError(f"no baseline {baseline!r}; choose from {', '.join(BASELINES)}")
@@ -57,6 +58,8 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
     chosen = thresholds_of(sigmas or made_with, sweep)
     warnings: list[str] = []
     points = _scored_rows(frame, results, warnings)
+    if after:
+        points = _after(points, read_table(after, layout), after, warnings)
     marks = read_labels(labels)
     warnings += marks.warnings
     points = _match(points, marks, warnings)
@@ -90,9 +93,25 @@ def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str]) -> pd.Data
     return frame.loc[scored, ["ip", "timestamp", "observed", "predicted", "std", "severity"]].reset_index(drop=True)
 
 
+def _after(points: pd.DataFrame, table: list[Series], path: str, warnings: list[str]) -> pd.DataFrame:
+    """The points later than their IP's last timestamp in `table`: those its model never saw in training."""
+    ends = dict(zip([s.ip for s in table], parse_times([s.labels[-1] if s.labels else "" for s in table])))
+    if NAT in ends.values():
+        ip = next(ip for ip, end in ends.items() if end == NAT)
+        raise UsageError(f"--after {path}: the last timestamp of {ip} is not a date")
+    end = points["ip"].map(ends).to_numpy(dtype=float)  # NaN: an IP the table does not have keeps every point
+    keep = ~(parse_times(points["timestamp"]) <= end)
+    if not keep.any():
+        raise UsageError(f"--after {path}: no scored point is later than its IP's last timestamp there")
+    if not keep.all():
+        warnings.append(f"--after {path}: {int((~keep).sum())} points at or before their IP's last timestamp "
+                        f"there left out")
+    return points[keep].reset_index(drop=True)
+
+
 def _match(points: pd.DataFrame, marks: Labels, warnings: list[str]) -> pd.DataFrame:
     """Drop the IPs whose labels were unusable; name the ids on one side only."""
-    ips = list(dict.fromkeys(points["ip"]))
+    ips = points["ip"].unique().tolist()
     if marks.excluded:
         points = points[~points["ip"].isin(list(marks.excluded))].reset_index(drop=True)
         if points.empty:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,19 +28,28 @@ class Labels:
 def parse_times(values: pd.Series | list) -> np.ndarray:
     """Dates as int64 ns UTC (naive dates are taken as UTC); NAT where a value is not a date.
 
-    The results' timestamps go through this too, so both sides compare alike whatever their format. A bare
-    number is not a date here, nor is what parses outside the years 1678-2261 ('t1' reads as year 1).
+    The results' timestamps go through this too, so both sides compare alike whatever their format. A date
+    has a separator ('2014' and '1392807000' are numbers here), and falls within 1678-2261 ('t1' would
+    read as year 1).
     """
     text = pd.Series(values, dtype=object).astype(str).str.strip()
-    try:
-        parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=True)
-    except (ValueError, TypeError):
-        return np.full(len(text), NAT, dtype=np.int64)
-    usable = (parsed.notna() & pd.to_numeric(text, errors="coerce").isna()
+    parsed = _dates(text)
+    if parsed.isna().any():  # the common case is one format, which pandas infers fast; the rest one by one
+        parsed = parsed.fillna(_dates(text[parsed.isna()], "mixed"))
+    usable = (parsed.notna() & text.str.contains(r"[-/:T ]", regex=True)
               & (parsed > pd.Timestamp.min.tz_localize("UTC")) & (parsed < pd.Timestamp.max.tz_localize("UTC")))
     result = np.full(len(text), NAT, dtype=np.int64)
     result[usable.to_numpy()] = parsed[usable].dt.tz_convert(None).to_numpy().astype("datetime64[ns]").astype(np.int64)
     return result
+
+
+def _dates(text: pd.Series, form: str | None = None) -> pd.Series:
+    try:
+        with warnings.catch_warnings():  # "could not infer format": the values that fail go the slow way
+            warnings.simplefilter("ignore", UserWarning)
+            return pd.to_datetime(text, errors="coerce", format=form, utc=True)
+    except (ValueError, TypeError):
+        return pd.Series(pd.NaT, index=text.index, dtype="datetime64[ns, UTC]")
 
 
 def label_id(key: str) -> str:
@@ -58,19 +68,27 @@ def read_labels(path: str) -> Labels:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read labels {path}: {exc}") from None
     pairs = _json_pairs(text, path) if text.lstrip().startswith("{") else _csv_pairs(path)
-    labels = Labels()
+    shapes = {ident: _shape(windows) for ident, (_, windows) in pairs.items()}
+    times = iter(parse_times([value for ident, (_, windows) in pairs.items() if not shapes[ident]
+                              for window in windows for value in window]).reshape(-1, 2))
+    labels, merged_ids = Labels(), []
     for ident, (keys, windows) in pairs.items():
         if len(keys) > 1:
             labels.warnings.append(f"labels {', '.join(keys)} all name id {ident}; their windows are combined")
-        problem, array = _windows(windows)
+        problem = shapes[ident]
+        if not problem:
+            array = np.array([next(times) for _ in windows], dtype=np.int64).reshape(-1, 2)
+            problem = _order(windows, array)
         if problem:
             labels.excluded[ident] = problem
             labels.warnings.append(f"labels for {ident}: {problem}; {ident} is left out of the evaluation")
             continue
-        merged = _merge(array)
-        if len(merged) < len(array):
-            labels.warnings.append(f"labels for {ident}: overlapping windows merged ({len(array)} -> {len(merged)})")
-        labels.windows[ident] = merged
+        labels.windows[ident] = _merge(array[np.argsort(array[:, 0], kind="stable")])
+        if len(labels.windows[ident]) < len(array):
+            merged_ids.append(ident)
+    if merged_ids:
+        labels.warnings.append(f"overlapping windows merged for {len(merged_ids)} ids: " + ", ".join(merged_ids[:5])
+                               + (f" and {len(merged_ids) - 5} more" if len(merged_ids) > 5 else ""))
     if pairs and not labels.windows:
         raise UsageError(f"no usable label windows in {path}: " + "; ".join(labels.warnings[:3]))
     return labels
@@ -104,20 +122,22 @@ def _csv_pairs(path: str) -> dict[str, tuple[list[str], list]]:
     return pairs
 
 
-def _windows(windows: list) -> tuple[str, np.ndarray]:
-    """(problem, array): the first problem found, or '' and the windows as int64 ns shaped (k, 2)."""
+def _shape(windows: list) -> str:
+    """The first window that is not a [start, end] pair, as a problem; '' when all are."""
     for i, window in enumerate(windows, 1):
         if not isinstance(window, (list, tuple)) or len(window) != 2:
-            return f"window {i} is {json.dumps(window)}, not [start, end]", np.empty((0, 2), np.int64)
-    if not windows:
-        return "", np.empty((0, 2), np.int64)
-    flat = parse_times([value for window in windows for value in window]).reshape(-1, 2)
-    for i, (window, (start, end)) in enumerate(zip(windows, flat), 1):
+            return f"window {i} is {json.dumps(window)}, not [start, end]"
+    return ""
+
+
+def _order(windows: list, times: np.ndarray) -> str:
+    """The first window with a time that is not a date, or that ends before it starts; '' when none."""
+    for i, (window, (start, end)) in enumerate(zip(windows, times), 1):
         if NAT in (start, end):
-            return f"window {i} has a time that is not a date: {json.dumps(window)}", flat
+            return f"window {i} has a time that is not a date: {json.dumps(window)}"
         if end < start:
-            return f"window {i} ends before it starts: {json.dumps(window)}", flat
-    return "", flat[np.argsort(flat[:, 0], kind="stable")]
+            return f"window {i} ends before it starts: {json.dumps(window)}"
+    return ""
 
 
 def _merge(windows: np.ndarray) -> np.ndarray:

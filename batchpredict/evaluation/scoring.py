@@ -72,7 +72,7 @@ def place(frame: pd.DataFrame, labels: Labels, profile: Profile = STANDARD) -> S
     n = len(frame)
     bounds = np.flatnonzero(np.diff(codes, prepend=-1, append=-1))  # each IP's first row, then n
     window = np.full(n, -1)
-    win_ip, win_first, win_last, win_bounds = [], [], [], []
+    found: list[tuple[int, int, int, np.ndarray]] = []  # (ip, first row, last row, labelled bounds)
     days, outside = np.zeros(len(ips)), np.zeros(len(ips), dtype=int)
     for k, ip in enumerate(ips):
         lo, hi = bounds[k], bounds[k + 1]
@@ -85,27 +85,27 @@ def place(frame: pd.DataFrame, labels: Labels, profile: Profile = STANDARD) -> S
         inside = last >= first
         outside[k] = int((~inside).sum())
         for a, b, span in zip(first[inside], last[inside], spans[inside]):
-            window[a:b + 1] = len(win_ip)
-            win_ip.append(k), win_first.append(a), win_last.append(b), win_bounds.append(span)
-    win_first_a, win_last_a = np.array(win_first, dtype=int), np.array(win_last, dtype=int)
-    width = win_last_a - win_first_a + 1
+            window[a:b + 1] = len(found)
+            found.append((k, a, b, span))
+    win_ip, win_first, win_last = (np.array([w[i] for w in found], dtype=int) for i in range(3))
 
     rows = np.arange(n)
-    right_edge = np.full(n, -1)
-    right_edge[win_last_a] = win_last_a
-    last_right = np.maximum.accumulate(right_edge) if n else right_edge  # the last window end at or before
-    before = (last_right >= bounds[codes]) & (window < 0)                 # ... within the same IP
-    after = np.where(before, rows - last_right, -1)
-    after_width = np.where(before, width[window[np.maximum(last_right, 0)]] if len(width) else 1, 1)
-    detection = np.zeros(n)
     in_window = window >= 0
-    detection[in_window] = detection_value(rows[in_window], win_last_a[window[in_window]],
-                                           width[window[in_window]], profile)
+    width = np.ones(n, dtype=int)  # per row in a window: the window's width in points
+    width[in_window] = (win_last - win_first + 1)[window[in_window]]
+    right_edge = np.full(n, -1)
+    right_edge[win_last] = win_last
+    last_right = np.maximum.accumulate(right_edge) if n else right_edge  # the last window end at or before
+    before = (last_right >= bounds[codes]) & ~in_window                   # ... within the same IP
+    after = np.where(before, rows - last_right, -1)
+    detection = np.zeros(n)
+    detection[in_window] = detection_value(rows[in_window], win_last[window[in_window]], width[in_window], profile)
     return Scored(frame=frame, ips=ips, code=codes, time=time, sigma=sigma(frame), window=window,
-                  detection=detection, false_alarm=false_alarm_value(after, after_width, profile),
-                  win_ip=np.array(win_ip, dtype=int), win_first=win_first_a, win_last=win_last_a,
-                  win_bounds=np.array(win_bounds, dtype=np.int64).reshape(-1, 2), days=days, outside=outside,
-                  profile=profile)
+                  detection=detection,
+                  false_alarm=false_alarm_value(after, width[np.maximum(last_right, 0)], profile),
+                  win_ip=win_ip, win_first=win_first, win_last=win_last,
+                  win_bounds=np.array([w[3] for w in found], dtype=np.int64).reshape(-1, 2), days=days,
+                  outside=outside, profile=profile)
 
 
 def flags(scored: Scored, threshold: float) -> np.ndarray:
