@@ -187,6 +187,9 @@ def test_the_zscore_baseline_by_hand(tmp_path):
     assert (base["h"].flagged_points, base["h"].detected, base["h"].false_alarm_points) == (1, 1, 0)
     assert rows_of(done.metrics, 4.0, "zscore")["h"].detected == 1
     assert rows_of(done.metrics, 2.0, "model")["h"].flagged_points == 0
+    swept = evaluate(str(results), str(labels), sweep=[1.0, 2.0, 20.0], baseline="zscore", data=str(table),
+                     params=Params(rolling=2, window=3))
+    assert [rows_of(swept.metrics, k, "zscore")["h"].flagged_points for k in (1.0, 2.0, 20.0)] == [2, 1, 0]
     printed = format_table(done.metrics, totals_only=True).splitlines()
     assert [line.split()[2] for line in printed[1:]] == ["model", "zscore", "model", "zscore"]
 
@@ -226,6 +229,7 @@ def test_cli_prints_the_table_writes_csv_and_json_and_exits_0(case, tmp_path):
     document = json.loads((tmp_path / "ev" / "m.json").read_text())
     assert document["nab_profile"] == {"name": "standard", "tp": 1.0, "fp": 0.11, "fn": 1.0}
     assert len(document["metrics"]) == 8 and len(document["windows"]) == 4
+    assert (document["label_ids_not_in_results"], document["ips_without_labels"]) == (["ghost"], ["c"])
     assert "ghost" in done.stderr and "Traceback" not in done.stderr
 
 

@@ -33,6 +33,7 @@ class Evaluation:
     windows: pd.DataFrame                 # KEYS + WINDOW_COLUMNS: every counted window
     warnings: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
+    unmatched: dict[str, list[str]] = field(default_factory=dict)  # ids on one side only, in full
 
 
 def thresholds_of(sigmas: tuple[float, float] | None, sweep: list[float] | None) -> list[tuple[float, str]]:
@@ -62,7 +63,7 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
         points = _after(points, read_table(after, layout), after, warnings)
     marks = read_labels(labels)
     warnings += marks.warnings
-    points = _match(points, marks, warnings)
+    points, unmatched = _match(points, marks, warnings)
 
     detectors = {MODEL: place(points, marks)}
     if baseline:
@@ -80,7 +81,8 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
     for line in warnings:
         log.warning("evaluate: %s", line)
     return Evaluation(pd.concat(metrics, ignore_index=True), pd.concat(windows, ignore_index=True), warnings,
-                      {"results": results, "labels": labels, **({"data": data} if baseline else {})})
+                      {"results": results, "labels": labels, **({"data": data} if baseline else {}),
+                       **({"after": after} if after else {})}, unmatched)
 
 
 def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str]) -> pd.DataFrame:
@@ -109,23 +111,24 @@ def _after(points: pd.DataFrame, table: list[Series], path: str, warnings: list[
     return points[keep].reset_index(drop=True)
 
 
-def _match(points: pd.DataFrame, marks: Labels, warnings: list[str]) -> pd.DataFrame:
-    """Drop the IPs whose labels were unusable; name the ids on one side only."""
+def _match(points: pd.DataFrame, marks: Labels, warnings: list[str]) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """Drop the IPs whose labels were unusable; name the ids on one side only (a line each way)."""
     ips = points["ip"].unique().tolist()
     if marks.excluded:
         points = points[~points["ip"].isin(list(marks.excluded))].reset_index(drop=True)
         if points.empty:
             raise UsageError("every IP of the results has unusable labels: "
                              + "; ".join(f"{ip}: {why}" for ip, why in marks.excluded.items()))
-    unscored = [ident for ident in marks.windows if ident not in set(ips)]
-    if unscored:
-        warnings.append(f"{len(unscored)} label ids have no scored point in the results, their windows are not "
-                        f"counted: {_some(unscored)}")
-    unlabelled = [ip for ip in ips if ip not in marks.windows and ip not in marks.excluded]
-    if unlabelled:
-        warnings.append(f"{len(unlabelled)} IPs have no labels and are scored with no window (false alarms "
-                        f"only): {_some(unlabelled)}")
-    return points
+    scored = set(ips)
+    unmatched = {"label_ids_not_in_results": [ident for ident in marks.windows if ident not in scored],
+                 "ips_without_labels": [ip for ip in ips if ip not in marks.windows and ip not in marks.excluded]}
+    if unmatched["label_ids_not_in_results"]:
+        warnings.append(f"{len(unmatched['label_ids_not_in_results'])} label ids have no scored point in the "
+                        f"results, their windows are not counted: {_some(unmatched['label_ids_not_in_results'])}")
+    if unmatched["ips_without_labels"]:
+        warnings.append(f"{len(unmatched['ips_without_labels'])} IPs have no labels and are scored with no window "
+                        f"(false alarms only): {_some(unmatched['ips_without_labels'])}")
+    return points, unmatched
 
 
 def _some(names: list[str], shown: int = 5) -> str:
@@ -163,6 +166,7 @@ def write(evaluation: Evaluation, prefix: str) -> list[str]:
         **evaluation.sources,
         "nab_profile": vars(STANDARD),
         "warnings": evaluation.warnings,
+        **evaluation.unmatched,
         "metrics": _records(evaluation.metrics),
         "windows": _records(evaluation.windows),
     }
