@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import re
 import sys
 import time
@@ -10,6 +11,7 @@ from typing import Callable, Sequence
 
 from . import logs
 from .errors import BatchPredictError
+from .evaluation import BASELINES
 from .job import ENGINES, Params, Status
 
 log = logging.getLogger("batchpredict")
@@ -37,6 +39,22 @@ def parse_sigmas(text: str) -> tuple[float, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--sigmas takes two numbers like 2,4, not {text!r}") from None
     return low, high
+
+
+DEFAULT_SWEEP = "2:10:0.5"
+
+
+def parse_sweep(text: str) -> list[float]:
+    """'2:10:0.5' -> [2.0, 2.5, ..., 10.0]: START to STOP inclusive, by STEP."""
+    try:
+        start, stop, step = (float(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sweep takes START:STOP:STEP like {DEFAULT_SWEEP}, not {text!r}") from None
+    count = math.floor((stop - start) / step + 1e-9) + 1 if step > 0 and stop >= start >= 0 else 0
+    if not 0 < count <= 1000:
+        raise argparse.ArgumentTypeError(f"--sweep {text}: need 0 <= START <= STOP and STEP > 0, "
+                                         f"at most 1000 thresholds")
+    return [round(start + i * step, 9) for i in range(count)]
 
 
 def positive_int(text: str) -> int:
@@ -143,6 +161,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_log_options(report)
     report.set_defaults(func=cmd_report)
 
+    evaluate = commands.add_parser("evaluate", help="measure the flags of a results CSV against labelled anomaly "
+                                                    "windows, beside a rolling z-score baseline")
+    evaluate.add_argument("--results", required=True, help="the anomalies CSV of a predict run (e.g. with --points)")
+    evaluate.add_argument("--labels", required=True,
+                          help="anomaly windows: NAB's combined_windows.json ({series: [[start, end], ...]}, keyed "
+                               "by id or by a file name whose stem is the id) or a CSV ip,start,end")
+    evaluate.add_argument("--out", default=None, metavar="PREFIX", help="also write PREFIX.csv and PREFIX.json")
+    evaluate.add_argument("--sigmas", type=parse_sigmas, default=None,
+                          help="warning,critical thresholds in stds (default: the ones the results were made with)")
+    evaluate.add_argument("--sweep", type=parse_sweep, nargs="?", const=parse_sweep(DEFAULT_SWEEP), default=None,
+                          metavar="START:STOP:STEP",
+                          help=f"evaluate at every threshold of this range instead (default {DEFAULT_SWEEP})")
+    evaluate.add_argument("--after", default=None, metavar="TABLE",
+                          help="count only the points after each IP's last timestamp in TABLE (e.g. the table "
+                               "train read: the points its models never saw)")
+    evaluate.add_argument("--baseline", choices=BASELINES, default=None,
+                          help="also score a rolling z-score detector over the same points (needs --data)")
+    evaluate.add_argument("--data", default=None, help="--baseline: the stats table the results were predicted from")
+    evaluate.add_argument("--layout", choices=["wide", "long"], default=None, help="of --data and --after")
+    evaluate.add_argument("--window", type=positive_int, default=20, help="--baseline: values before each point")
+    evaluate.add_argument("--rolling", type=positive_int, default=5, help="--baseline: the rolling mean, as predict's")
+    add_log_options(evaluate)
+    evaluate.set_defaults(func=cmd_evaluate)
+
     store = commands.add_parser("store", help="inspect a model store")
     store_commands = store.add_subparsers(dest="store_command", required=True)
     check = store_commands.add_parser("check", help="list every IP's artefacts, format, Keras version and "
@@ -200,6 +242,20 @@ def cmd_report(args: argparse.Namespace) -> int:
                         args.layout)
     logs.final.info(f"batchpredict report: {done.ips} IPs, {done.anomalies} anomalous points in {done.anomalous_ips} "
                     f"IPs, {done.plots} plots -> {done.path}", extra={"fields": {"event": "report", **vars(done)}})
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluation.comparison import evaluate, format_table, write
+
+    done = evaluate(args.results, args.labels, args.sigmas, args.sweep, args.baseline, args.data, args.layout,
+                    Params(rolling=args.rolling, window=args.window), args.after)
+    if not args.sweep:
+        print(format_table(done.metrics) + "\n")
+    print(format_table(done.metrics, totals_only=True))
+    written = write(done, args.out) if args.out else []
+    logs.final.info(f"batchpredict evaluate: {args.results} against {args.labels}"
+                    + (f" -> {', '.join(written)}" if written else ""), extra={"fields": {"event": "evaluate"}})
     return 0
 
 
