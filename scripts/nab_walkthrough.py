@@ -8,13 +8,15 @@ Every step is a `batchpredict` command, printed before it runs:
 
 1. the 17 hosts to a long table (all.csv), and their first halves to a training table (train.csv);
 2. `train` on train.csv into OUT/store, about 10 minutes on 2 cores; skipped when OUT/store exists, so a
-   rerun takes a minute (the store is trained into OUT/store.partial and renamed when train succeeds);
+   rerun takes a minute and a half (the store is trained into OUT/store.partial and renamed when train
+   succeeds, so an interrupted training is never taken for a store);
 3. `predict --points 2500` (the second half of the longest host) with each --std of STD_MODES, the
    recommended setting with its thresholds;
 4. `evaluate --after train.csv --baseline zscore` of --std store and of the recommended setting, then a
    `--sweep` of every mode (OUT/sweep-*.txt, .csv);
 5. from the sweeps' per-host rows: each detector's best setting (the fewest false-alarm events per host-day
-   at >= 85% event recall), and a 2-fold check by host of choosing it on the hosts it is scored on.
+   at >= 85% event recall), and a 2-fold check by host: that choice made on one half of the hosts and
+   scored on the other.
 
 Exit 2 when NAB's files are not there; a failing command stops the walkthrough with its exit code.
 """
@@ -115,8 +117,7 @@ def walk(nab: Path, out: Path) -> None:
     rows = per_host(out)
     print("\nEach detector's fewest false-alarm events per host-day at >= "
           f"{TARGET_RECALL:.0%} event recall (every threshold: {out}/sweep-*.txt):\n")
-    sums = totals(rows)
-    print(describe(choose(sums, "setting")))
+    print(describe(choose(totals(rows), "setting")))
     print("\n2-fold check by host: the setting chosen (as above) on one half of the hosts, scored on the other:\n")
     print(format_table(FOLD_COLUMNS, two_fold(rows)))
 

@@ -34,6 +34,12 @@ def test_without_nab_data_it_says_what_it_needs_and_exits_2(tmp_path):
         assert f"no NAB data at {where}: it needs realAWSCloudwatch/ and combined_windows.json" in done.stderr
         assert "make nab NAB=" in done.stderr and done.stdout == ""
     assert not (tmp_path / "out").exists()
+    clone = tmp_path / "NAB"  # github.com/numenta/NAB's layout is found too
+    (clone / "data" / "realAWSCloudwatch").mkdir(parents=True)
+    (clone / "labels").mkdir()
+    (clone / "labels" / "combined_windows.json").write_text("{}")
+    assert walkthrough.locate(clone) == (clone / "data" / "realAWSCloudwatch",
+                                         clone / "labels" / "combined_windows.json")
 
 
 def per_host(table: dict[tuple[str, float], dict[str, tuple[int, int]]]) -> pd.DataFrame:
