@@ -10,10 +10,11 @@ OUT     ?= out/anomalies.csv
 REPORT  ?= report
 WORKERS ?= 2
 SLOW    ?=
+NAB     ?= ../shared/data/nab
 
 PYTEST_MARK := $(if $(SLOW),,-m "not slow")
 
-.PHONY: install predict report train test bench bench-scale soak clean
+.PHONY: install predict report train test bench bench-scale soak clean nab
 
 install: $(STAMP)
 
@@ -34,6 +35,11 @@ report: $(STAMP)
 train: DATA = examples/history.csv
 train: $(STAMP)
 	$(BIN)/batchpredict train --data $(DATA) --models $(MODELS) --workers $(WORKERS)
+
+# The NAB walkthrough: train, predict and evaluate on NAB realAWSCloudwatch into nab/ (README, "How good are
+# the flags"). Training takes about 10 minutes; a rerun reuses nab/store. NAB=path/to/NAB for another copy.
+nab: $(STAMP)
+	$(BIN)/python scripts/nab_walkthrough.py $(NAB) --out nab
 
 test: $(STAMP)
 	$(BIN)/pytest -q $(PYTEST_MARK) $(TESTS)

@@ -10,8 +10,8 @@ from typing import Any
 
 _PUBLIC = {
     "predict_table": "coordinator", "build_report": "report", "write_metrics": "metrics",
-    "RunOptions": "job", "Params": "job", "Job": "job", "Outcome": "job", "Result": "job", "Status": "job",
-    "Severity": "job", "BatchPredictError": "errors", "UsageError": "errors", "LockHeld": "errors",
+    "RunOptions": "job", "Params": "job", "Job": "job", "Outcome": "job", "Result": "job", "Point": "job",
+    "Status": "job", "Severity": "job", "BatchPredictError": "errors", "UsageError": "errors", "LockHeld": "errors",
     "Interrupted": "errors", "JobError": "errors", "Unsupported": "errors",
 }
 __all__ = list(_PUBLIC)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import re
 import sys
 import time
@@ -10,6 +11,7 @@ from typing import Callable, Sequence
 
 from . import logs
 from .errors import BatchPredictError
+from .evaluation import BASELINES
 from .job import ENGINES, Params, Status
 
 log = logging.getLogger("batchpredict")
@@ -37,6 +39,22 @@ def parse_sigmas(text: str) -> tuple[float, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--sigmas takes two numbers like 2,4, not {text!r}") from None
     return low, high
+
+
+DEFAULT_SWEEP = "2:10:0.5"
+
+
+def parse_sweep(text: str) -> list[float]:
+    """'2:10:0.5' -> [2.0, 2.5, ..., 10.0]: START to STOP inclusive, by STEP."""
+    try:
+        start, stop, step = (float(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sweep takes START:STOP:STEP like {DEFAULT_SWEEP}, not {text!r}") from None
+    count = math.floor((stop - start) / step + 1e-9) + 1 if step > 0 and stop >= start >= 0 else 0
+    if not 0 < count <= 1000:
+        raise argparse.ArgumentTypeError(f"--sweep {text}: need 0 <= START <= STOP and STEP > 0, "
+                                         f"at most 1000 thresholds")
+    return [round(start + i * step, 9) for i in range(count)]
 
 
 def positive_int(text: str) -> int:
@@ -97,6 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
                          help="jobs a worker runs before it exits (default 1: strict isolation)")
     predict.add_argument("--layout", choices=["wide", "long"], default=None)
     predict.add_argument("--sigmas", type=parse_sigmas, default=(2.0, 4.0), help="warning,critical (default 2,4)")
+    which = predict.add_mutually_exclusive_group()
+    which.add_argument("--points", type=positive_int, default=1, metavar="N",
+                       help="score the last N points of each series, one row each (default 1)")
+    which.add_argument("--since", default=None, metavar="LABEL",
+                       help="score every point after LABEL: a column header (wide table) or a timestamp as "
+                            "written in the table (long); IPs with nothing after it get no rows")
+    predict.add_argument("--std", default="store", metavar="store|rolling:N|mad:N",
+                         help="the std of the bands: std.json's (default), or from the model's residuals over the "
+                              "N scored points before each point: their std, or 1.4826 x their median absolute value")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     add_engine_option(predict)
     predict.add_argument("--backend", default="local", help="local (default) or ray")
@@ -134,6 +161,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_log_options(report)
     report.set_defaults(func=cmd_report)
 
+    evaluate = commands.add_parser("evaluate", help="measure the flags of a results CSV against labelled anomaly "
+                                                    "windows, beside a rolling z-score baseline")
+    evaluate.add_argument("--results", required=True, help="the anomalies CSV of a predict run (e.g. with --points)")
+    evaluate.add_argument("--labels", required=True,
+                          help="anomaly windows: NAB's combined_windows.json ({series: [[start, end], ...]}, keyed "
+                               "by id or by a file name whose stem is the id) or a CSV ip,start,end")
+    evaluate.add_argument("--out", default=None, metavar="PREFIX", help="also write PREFIX.csv and PREFIX.json")
+    evaluate.add_argument("--sigmas", type=parse_sigmas, default=None,
+                          help="warning,critical thresholds in stds (default: the ones the results were made with)")
+    evaluate.add_argument("--sweep", type=parse_sweep, nargs="?", const=parse_sweep(DEFAULT_SWEEP), default=None,
+                          metavar="START:STOP:STEP",
+                          help=f"evaluate at every threshold of this range instead (default {DEFAULT_SWEEP})")
+    evaluate.add_argument("--after", default=None, metavar="TABLE",
+                          help="count only the points after each IP's last timestamp in TABLE (e.g. the table "
+                               "train read: the points its models never saw)")
+    evaluate.add_argument("--baseline", choices=BASELINES, default=None,
+                          help="also score a rolling z-score detector over the same points (needs --data)")
+    evaluate.add_argument("--data", default=None, help="--baseline: the stats table the results were predicted from")
+    evaluate.add_argument("--layout", choices=["wide", "long"], default=None, help="of --data and --after")
+    evaluate.add_argument("--window", type=positive_int, default=20, help="--baseline: values before each point")
+    evaluate.add_argument("--rolling", type=positive_int, default=5, help="--baseline: the rolling mean, as predict's")
+    add_log_options(evaluate)
+    evaluate.set_defaults(func=cmd_evaluate)
+
     store = commands.add_parser("store", help="inspect a model store")
     store_commands = store.add_subparsers(dest="store_command", required=True)
     check = store_commands.add_parser("check", help="list every IP's artefacts, format, Keras version and "
@@ -159,7 +210,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         with Progress(enabled=not args.quiet, interval=args.progress_interval) as progress:
             info = predict(args.data, args.models, args.out,
-                                  Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas),
+                                  Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas,
+                                         points=args.points, since=args.since, std=args.std),
                                   RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker,
                                              timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
                                              retries=args.retries, backend=args.backend, resume=args.resume,
@@ -170,8 +222,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see
             write_metrics(args.metrics_file, None, exc.exit_code, started)
         raise
-    logs.final.info(f"batchpredict: {info['ips']} IPs in {info['wall_s']:.1f} s ({info['jobs_per_s'] or 0:.1f} "
-                    f"jobs/s) -> {args.out}: " + _counts(info["status"]) + "; severity: "
+    rows = f", {info['rows']} rows, {sum(info['events'].values())} events" if info["rows"] != info["ips"] else ""
+    skipped = f" ({info['skipped']} skipped: nothing after {args.since})" if info["skipped"] else ""
+    logs.final.info(f"batchpredict: {info['ips']} IPs{rows}{skipped} in {info['wall_s']:.1f} s "
+                    f"({info['jobs_per_s'] or 0:.1f} jobs/s) -> {args.out}: " + (_counts(info["status"]) or "no rows")
+                    + "; severity: "
                     + (_counts(info["severity"]) or "none"), extra={"fields": {"event": "summary", **info}})
     code = 1 if any(Status(s).failed for s in info["status"]) else 0
     if args.metrics_file:
@@ -184,8 +239,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     done = build_report(args.results, args.data, args.out, args.top, Params(rolling=args.rolling, window=args.window),
                         args.layout)
-    logs.final.info(f"batchpredict report: {done.ips} IPs, {done.anomalies} anomalous, {done.plots} plots -> "
-                    f"{done.path}", extra={"fields": {"event": "report", **vars(done)}})
+    logs.final.info(f"batchpredict report: {done.ips} IPs, {done.anomalies} anomalous points in {done.anomalous_ips} "
+                    f"IPs, {done.plots} plots -> {done.path}", extra={"fields": {"event": "report", **vars(done)}})
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluation.comparison import evaluate, format_table, write
+
+    done = evaluate(args.results, args.labels, args.sigmas, args.sweep, args.baseline, args.data, args.layout,
+                    Params(rolling=args.rolling, window=args.window), args.after)
+    if not args.sweep:
+        print(format_table(done.metrics) + "\n")
+    print(format_table(done.metrics, totals_only=True))
+    written = write(done, args.out) if args.out else []
+    logs.final.info(f"batchpredict evaluate: {args.results} against {args.labels}"
+                    + (f" -> {', '.join(written)}" if written else ""), extra={"fields": {"event": "evaluate"}})
     return 0
 
 

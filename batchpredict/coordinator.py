@@ -7,6 +7,7 @@ TensorFlow, so its memory stays flat however many jobs run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import resource
@@ -22,6 +23,7 @@ import pandas as pd
 
 from . import export
 from .backend import make_executor
+from .anomaly import std_mode
 from .errors import Interrupted, JobError, UsageError
 from .job import ENGINES, Job, Params, Result, RunOptions, Status
 from .journal import Journal, Lock, fingerprint
@@ -33,8 +35,15 @@ log = logging.getLogger("batchpredict")
 
 
 def check_params(params: Params) -> None:
-    if params.rolling < 1 or params.window < 1:
-        raise UsageError(f"--rolling and --window must be at least 1 (got {params.rolling}, {params.window})")
+    if params.rolling < 1 or params.window < 1 or params.points < 1:
+        raise UsageError(f"--rolling, --window and --points must be at least 1 (got {params.rolling}, "
+                         f"{params.window}, {params.points})")
+    if params.since is not None and params.points != 1:
+        raise UsageError("--points and --since exclude each other: --since scores every point after its label")
+    try:
+        std_mode(params.std)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     low, high = params.sigmas
     if not (0 < low < high) or not math.isfinite(high):
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
@@ -55,6 +64,9 @@ class Plan:
         self.jobs = 0      # handed out
         self.started = 0.0  # when the first was (time.monotonic)
         self.cpu_s = 0.0    # CPU time spent reading and planning the table
+        self.skipped = 0    # --since: IPs without a point after the label, which get no rows
+        # The index of each series' first point to score: negative counts from its end.
+        self.first = (lambda series: -params.points) if params.since is None else table.since(params.since)
 
     def jobs_of(self, chunks: Iterable[list[Series]]) -> Iterator[Job | None]:
         """Each job once planned; None after each chunk, so that the executor looks at its workers."""
@@ -80,10 +92,19 @@ class Plan:
     def settle_duplicates(self) -> None:
         """An IP found again later in a wide table: its first row becomes invalid_input, job or not."""
         for ip in self.table.duplicates:
-            self._settle(Series(ip, self.table.labels, np.empty(0), self.table.duplicate_problem(ip),
-                                self.table.position(ip)), self._check_problem)
+            series = Series(ip, self.table.labels, np.empty(0), self.table.duplicate_problem(ip),
+                            self.table.position(ip))
+            if not self._nothing_after_since(series):  # else skipped when first seen
+                self._settle(series, self._check_problem)
+
+    def _nothing_after_since(self, series: Series) -> bool:
+        return self.params.since is not None and self.first(series) == len(series.labels)
 
     def _plan(self, series: Series) -> Job | None:
+        if self._nothing_after_since(series):  # --since: no rows
+            self.rows.skip(series.position)
+            self.skipped += 1
+            return None
         if series.ip in self.done:
             self.rows.put(series.position, self.done.pop(series.ip))
             return None
@@ -112,7 +133,7 @@ class Plan:
         # The numpy engine reads files; a SavedModel directory goes straight to the TensorFlow pool.
         lean = self.engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
         return Job(series.ip, series.labels, series.values.tolist(), self.store.root, found.model, found.scaler,
-                   found.std, self.params, self.engine, "lean" if lean else "full")
+                   found.std, self.params, self.engine, "lean" if lean else "full", first=self.first(series))
 
 
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
@@ -125,10 +146,10 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
     as the jobs begin, with None, and again with their number once the whole table is planned (some
     may have finished by then); `on_result(result)` gets each job's result as it finishes.
     """
-    rows = export.Rows(params.sigmas, cells=True)
+    rows = _rows(params, cells=True)
     info = _run(data, models, out, params, options, rows, on_result, on_start)
     frame = rows.frame()
-    frame.attrs["summary"] = info
+    frame.attrs["summary"], frame.attrs["events"] = info, export.events(frame)
     return frame
 
 
@@ -136,7 +157,13 @@ def predict(data: str, models: str, out: str, params: Params = Params(), options
             on_result: Callable[[Result], None] | None = None,
             on_start: Callable[[int | None], None] | None = None) -> dict:
     """predict_table for the command line: the output goes only to `out`; returns the summary."""
-    return _run(data, models, out, params, options, export.Rows(params.sigmas), on_result, on_start)
+    return _run(data, models, out, params, options, _rows(params), on_result, on_start)
+
+
+def _rows(params: Params, cells: bool = False) -> export.Rows:
+    """The run's rows; an events file only where an IP has several points (--points N, --since)."""
+    return export.Rows(params.sigmas, cells, std_source=params.std != "store",
+                       events=params.points > 1 or params.since is not None)
 
 
 def _run(data: str, models: str, out: str | None, params: Params, options: RunOptions, rows: export.Rows,
@@ -154,7 +181,7 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
         journal = None
         if out:
             stack.enter_context(Lock(out + ".lock"))
-            settings = {"params": [params.rolling, params.window, list(params.sigmas)], "layout": options.layout}
+            settings = {"params": dataclasses.asdict(params), "layout": options.layout}
             journal = Journal(out + ".journal", fingerprint(data, models, settings))
             plan.done = journal.open(options.resume)
             stack.callback(journal.close, remove=False)
@@ -188,9 +215,11 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
         info = export.summary(rows.counts(), plan.jobs, time.monotonic() - started, peak_rss_mib(),
                               backend=executor.name, workers=options.workers,
                               jobs_per_worker=options.jobs_per_worker, engine=options.engine,
-                              timings=_timings(plan, started, cpu), versions=versions())
+                              skipped=plan.skipped, timings=_timings(plan, started, cpu), versions=versions())
         if out:
             rows.write_csv(out)
+            if rows.keeps_events:
+                rows.write_events(out + ".events.csv")
             export.write_summary(out + ".summary.json", info)
             journal.close(remove=True)
     return info

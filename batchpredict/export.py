@@ -6,36 +6,61 @@ import itertools
 import json
 import os
 import tempfile
+from array import array
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-from .job import Result, Severity, Status
+from .events import EVENT_COLUMNS, RANK, collapse, distance, event_columns
+from .job import Point, Result, Status
 
 
-def columns(sigmas: tuple[float, float]) -> list[str]:
+def columns(sigmas: tuple[float, float], std_source: bool = False) -> list[str]:
+    """The CSV's header; `std_source` (any --std but store) adds the column saying which std a row used."""
     bands = [f"{side}_{k:g}std" for k in sigmas for side in ("lower", "upper")]
-    return (["ip", "timestamp", "observed", "predicted", "std"] + bands
+    return (["ip", "timestamp", "observed", "predicted", "std"] + ["std_source"] * std_source + bands
             + ["anomaly", "severity", "status", "error", "model", "attempts", "duration_ms", "worker_pid",
                "worker_peak_rss_mib"])
 
 
-def row(result: Result) -> list[Any]:
-    """The result as CSV cells; None is an empty cell, floats keep full precision."""
-    bands = [v for pair in zip(result.lower, result.upper) for v in pair] or [None] * 4
-    anomaly = None if result.anomaly is None else ("true" if result.anomaly else "false")
-    return [result.ip, result.timestamp, result.observed, result.predicted,
-            result.std if result.predicted is not None else None, *bands, anomaly,
-            result.severity.value if result.severity else None, result.status.value, result.error,
-            result.model, result.attempts,
+def rows(result: Result, std_source: bool = False) -> list[list[Any]]:
+    """The result's CSV rows: one per scored point, in time order, or one saying why there is none."""
+    return [row(result, point, std_source) for point in result.points] or [row(result, None, std_source)]
+
+
+def row(result: Result, point: Point | None, std_source: bool = False) -> list[Any]:
+    """One point of the result as CSV cells; None is an empty cell, floats keep full precision."""
+    if point is None:
+        values = [result.timestamp] + [None] * (9 + std_source)
+    else:
+        anomaly = "true" if point.anomaly else "false"
+        values = [point.timestamp, point.observed, point.predicted, point.std, *[point.std_source] * std_source,
+                  *[v for pair in zip(point.lower, point.upper) for v in pair], anomaly, point.severity.value]
+    return [result.ip, *values, result.status.value, result.error, result.model, result.attempts,
             None if result.duration_ms is None else round(result.duration_ms, 1), result.worker_pid,
             None if result.worker_peak_rss_mib is None else round(result.worker_peak_rss_mib, 1)]
 
 
-def rows(result: Result) -> list[list[Any]]:
-    """The CSV rows of one result."""
-    return [row(result)]
+def events(frame: pd.DataFrame) -> pd.DataFrame:
+    """The alert events of an output frame (events.collapse): each run of flagged points of one IP."""
+    scored = frame[frame["predicted"].notna()]
+    return collapse(scored, (scored["anomaly"] == "true").to_numpy())
+
+
+def result_events(result: Result) -> list[list[Any]]:
+    """The alert events of one result's points, as EVENT_COLUMNS cells (`open` as true/false)."""
+    points = result.points
+    if not any(point.anomaly for point in points):
+        return []
+    observed, predicted, std = (np.array([getattr(p, name) for p in points], dtype=float)
+                                for name in ("observed", "predicted", "std"))
+    found = event_columns(np.full(len(points), result.ip, dtype=object),
+                          np.array([p.timestamp for p in points], dtype=object),
+                          np.array([RANK[p.severity.value] for p in points]), distance(observed, predicted, std),
+                          np.array([p.anomaly for p in points]))
+    return [[*cells[:-1], "true" if cells[-1] else "false"]
+            for cells in zip(*(found[c].tolist() for c in EVENT_COLUMNS))]
 
 
 def write_rows(path: str, header: list[str], rows: list[list[Any]]) -> None:
@@ -62,23 +87,29 @@ class _Writer:
 
 
 _STATUSES = {status: code for code, status in enumerate(Status, 1)}
-_SEVERITIES = {severity: code for code, severity in enumerate(Severity, 1)}
+_SKIPPED = 255  # the status code of a position without rows
+# Per position, what the summary counts: rows, points per severity, events per peak severity.
+_TALLIES = ("rows", "normal", "warning", "critical", "events_warning", "events_critical")
 
 
 class Rows:
     """A run's finished rows by table position, kept small: each IP's rows as CSV text (as cells where a
-    DataFrame is wanted) and the few codes its summary counts, a byte each.
+    DataFrame is wanted), its alert events likewise, and the few numbers its summary counts.
 
-    A position may be put again (an IP found twice in the table): its new row replaces the old one.
+    A position may be put again (an IP found twice in the table): its new rows replace the old ones.
     """
 
-    def __init__(self, sigmas: tuple[float, float], cells: bool = False) -> None:
-        self.header = columns(sigmas)
+    def __init__(self, sigmas: tuple[float, float], cells: bool = False, std_source: bool = False,
+                 events: bool = False) -> None:
+        self.header = columns(sigmas, std_source)
+        self._std_source, self._keep_events = std_source, events
         self._cells = cells
-        self._rows: list[Any] = []  # per position: CSV text, or the list of cell rows
-        # Per position, a byte each: status and severity (1 + their index, 0 for none; a status of 0 is a
-        # position not finished yet), anomaly (1 for true), engine (1 + index in self._engines, 0 for none).
+        self._rows: list[Any] = []    # per position: CSV text, or the list of cell rows
+        self._events: list[Any] = []  # per position, when events are kept: likewise
+        # Per position: status (1 + its index; 0 is a position not finished yet) and engine (1 + index in
+        # self._engines, 0 for none), a byte each; and the _TALLIES, an int each.
         self._codes = bytearray()
+        self._tallies = array("l")
         self._engines: list[str] = []
         self._peaks: dict[int, float] = {}  # worker peak RSS (MiB) of the positions that have one
         self._writer = _Writer()
@@ -87,41 +118,78 @@ class Rows:
         if position >= len(self._rows):
             missing = position + 1 - len(self._rows)
             self._rows += [None] * missing
-            self._codes += bytes(4 * missing)
-        cells = rows(result)
+            self._events += [None] * missing * self._keep_events
+            self._codes += bytes(2 * missing)
+            self._tallies.extend([0] * len(_TALLIES) * missing)
+        cells = rows(result, self._std_source)
         self._rows[position] = cells if self._cells else self._writer.render(cells)
+        found = result_events(result)
+        if self._keep_events:
+            self._events[position] = found if self._cells else self._writer.render(found)
         engine = result.engine
         if engine and engine not in self._engines:
             self._engines.append(engine)
-        self._codes[4 * position:4 * position + 4] = bytes((
-            _STATUSES[result.status], _SEVERITIES[result.severity] if result.severity else 0,
-            1 if result.anomaly else 0, self._engines.index(engine) + 1 if engine else 0))
+        self._codes[2 * position:2 * position + 2] = bytes((
+            _STATUSES[result.status], self._engines.index(engine) + 1 if engine else 0))
+        severities = [point.severity.value for point in result.points]
+        peaks = [event[4] for event in found]
+        at = len(_TALLIES) * position
+        self._tallies[at:at + len(_TALLIES)] = array("l", (
+            len(cells), severities.count("normal"), severities.count("warning"), severities.count("critical"),
+            peaks.count("warning"), peaks.count("critical")))
         if result.worker_peak_rss_mib:
             self._peaks[position] = result.worker_peak_rss_mib
         elif self._peaks:
             self._peaks.pop(position, None)
 
+    def skip(self, position: int) -> None:
+        """A position that gets no rows (--since: nothing after the label)."""
+        self.put(position, Result(ip=""))
+        self._rows[position] = [] if self._cells else ""
+        if self.keeps_events:
+            self._events[position] = [] if self._cells else ""
+        self._codes[2 * position] = _SKIPPED
+        self._tallies[len(_TALLIES) * position] = 0
+
+    @property
+    def keeps_events(self) -> bool:
+        return self._keep_events
+
     def __len__(self) -> int:
         return len(self._rows)
 
     def write_csv(self, path: str) -> None:
-        unfinished = self._codes[::4].find(0)
+        unfinished = self._codes[::2].find(0)
         if unfinished >= 0:
             raise RuntimeError(f"row {unfinished} of {path} was never finished")
+        self._write(path, self.header, self._rows)
+
+    def write_events(self, path: str) -> None:
+        """`<out>.events.csv`: EVENT_COLUMNS, in table order then time order."""
+        self._write(path, EVENT_COLUMNS, self._events)
+
+    def _write(self, path: str, header: list[str], texts: list[Any]) -> None:
         render = self._writer.render if self._cells else str
-        write_atomic(path, itertools.chain([self._writer.render([self.header])], map(render, self._rows)))
+        write_atomic(path, itertools.chain([self._writer.render([header])], map(render, texts)))
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([cells for position in self._rows for cells in position], columns=self.header)
 
+    def events_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([cells for position in self._events for cells in position], columns=EVENT_COLUMNS)
+
     def counts(self) -> dict:
         """The summary's counts, each in order of first appearance in the table."""
-        status, severity, anomaly, engine = np.frombuffer(bytes(self._codes), dtype=np.uint8).reshape(-1, 4).T
+        status, engine = np.frombuffer(bytes(self._codes), dtype=np.uint8).reshape(-1, 2).T
+        status = status[status != _SKIPPED]
+        tallies = dict(zip(_TALLIES, np.frombuffer(self._tallies, dtype=np.int64).reshape(-1, len(_TALLIES)).sum(axis=0).tolist()))
         peaks = list(self._peaks.values())
-        return {"ips": len(self._rows),
+        return {"ips": len(status),
+                "rows": tallies["rows"],
                 "status": _tally(status, [s.value for s in Status]),
-                "severity": _tally(severity, [s.value for s in Severity]),
-                "anomalies": int(anomaly.sum()),
+                "severity": {k: tallies[k] for k in ("normal", "warning", "critical") if tallies[k]},
+                "anomalies": tallies["warning"] + tallies["critical"],
+                "events": {k: tallies[f"events_{k}"] for k in ("warning", "critical") if tallies[f"events_{k}"]},
                 "engines": _tally(engine, self._engines),
                 "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None}
 
@@ -153,10 +221,11 @@ def write_atomic(path: str, text: str | Iterable[str]) -> None:
 
 
 def summary(counts: dict, executed: int, wall_s: float, coordinator_peak_mib: float, **extra: Any) -> dict:
-    """The run's summary.json: `counts` from Rows.counts, then how the run went."""
+    """The run's summary.json: `counts` from Rows.counts (per IP: `ips`, `status`; per row: `rows`,
+    `severity`, `anomalies`; `events` per peak severity), then how the run went."""
     peak = counts["worker_peak_rss_mib"]
     return {
-        **{k: counts[k] for k in ("ips", "status", "severity", "anomalies")},
+        **{k: counts[k] for k in ("ips", "rows", "status", "severity", "anomalies", "events")},
         "jobs_run": executed,
         "engines": counts["engines"],
         "wall_s": round(wall_s, 3),

@@ -34,11 +34,14 @@ class Severity(str, Enum):
 
 @dataclass(frozen=True)
 class Params:
-    """The per-IP algorithm's knobs (docs/design.md §3)."""
+    """The per-IP algorithm's knobs (docs/design.md §3) and which points of each series it scores."""
 
     rolling: int = 5
     window: int = 20
     sigmas: tuple[float, float] = (2.0, 4.0)
+    points: int = 1            # the last N points of each series (--points)
+    since: str | None = None   # or every point after this label (--since); the two exclude each other
+    std: str = "store"         # the std of the bands: std.json's, or rolling:N / mad:N of the residuals
 
 
 ENGINES = ("auto", "numpy", "keras")  # RunOptions.engine: who computes the forward pass
@@ -75,39 +78,56 @@ class Outcome:
     reroute: str = ""  # not an answer: why this worker's pool cannot run the task (see Job.rerouted)
 
 
+@dataclass(slots=True)
+class Point:
+    """One scored bucket of an IP: the values of one output row (docs/design.md §3, §4)."""
+
+    timestamp: str
+    observed: float
+    predicted: float
+    std: float
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    anomaly: bool
+    severity: Severity
+    std_source: str = "store"  # which std: std.json's, or the --std mode's (rolling:N, mad:N)
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Point":
+        return cls(**{**d, "severity": Severity(d["severity"]), "lower": tuple(d["lower"]),
+                      "upper": tuple(d["upper"])})
+
+
 @dataclass
 class Result(Outcome):
-    """One output row (docs/design.md §4)."""
+    """One IP's answer: its scored points (one output row each), or one row saying why there are none."""
 
-    timestamp: str = ""
-    observed: float | None = None
-    predicted: float | None = None
-    std: float | None = None
-    lower: tuple[float, ...] = ()
-    upper: tuple[float, ...] = ()
-    anomaly: bool | None = None
-    severity: Severity | None = None
+    timestamp: str = ""  # the label of the IP's last point, for the row of an IP without points
+    points: list[Point] = field(default_factory=list)
     model: str = ""
     engine: str = ""  # "numpy" or "keras": who computed the forward pass
     log: list[str] = field(default_factory=list)    # the coordinator logs these at INFO
     debug: list[str] = field(default_factory=list)  # and these at DEBUG (-v)
 
+    @property
+    def anomalies(self) -> int:
+        return sum(point.anomaly for point in self.points)
+
     def to_dict(self) -> dict:
         """The fields as they are (no deep copy: dataclasses.asdict cost ~0.5 ms a journal line)."""
-        return dict(vars(self))
+        return {**vars(self), "points": [point.to_dict() for point in self.points]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Result":
-        d = dict(d)
-        d["status"] = Status(d["status"])
-        d["severity"] = Severity(d["severity"]) if d.get("severity") else None
-        d["lower"], d["upper"] = tuple(d.get("lower", ())), tuple(d.get("upper", ()))
-        return cls(**d)
+        return cls(**{**d, "status": Status(d["status"]), "points": [Point.from_dict(p) for p in d.get("points", ())]})
 
 
 @dataclass
 class Job:
-    """One IP to score: its series, its artefacts (relative to the store) and its std."""
+    """One IP to score: its series, its artefacts (relative to the store), its std, and which points."""
 
     ip: str
     labels: list[str]
@@ -120,6 +140,11 @@ class Job:
     engine: str = "auto"  # RunOptions.engine
     pool: str = "lean"    # the forkserver it runs in: "lean" (numpy, no TensorFlow) or "full"
     notes: tuple[str, ...] = ()  # why it left the lean pool, for the debug log
+    first: int = -1  # the index of the first point to score; negative counts from the end
+
+    def start(self) -> int:
+        """The index of the first point to score."""
+        return max(0, len(self.values) + self.first) if self.first < 0 else self.first
 
     def rerouted(self, reason: str) -> "Job":
         """The job for the TensorFlow pool, after a lean worker found it could not run it."""

@@ -37,10 +37,15 @@ def render(summary: dict | None, exit_code: int, started: float, finished: float
     ips = Gauge(f"{PREFIX}_ips", "IPs of the last run per row status.", ["status"], registry=registry)
     for status in Status:
         ips.labels(status=status.value).set(summary["status"].get(status.value, 0))
-    anomalies = Gauge(f"{PREFIX}_anomalies", "Anomalous IPs of the last run per severity.", ["severity"],
+    anomalies = Gauge(f"{PREFIX}_anomalies", "Anomalous points (rows) of the last run per severity.", ["severity"],
                       registry=registry)
+    events = Gauge(f"{PREFIX}_events", "Alert events (runs of flagged points of one IP) of the last run per peak "
+                                       "severity.", ["severity"], registry=registry)
     for severity in (Severity.WARNING, Severity.CRITICAL):
         anomalies.labels(severity=severity.value).set(summary["severity"].get(severity.value, 0))
+        events.labels(severity=severity.value).set(summary.get("events", {}).get(severity.value, 0))
+    gauge("rows", "Rows of the last run's CSV: one per scored point, or one per IP without any.", summary.get("rows"))
+    gauge("skipped_ips", "IPs of the table with no point after --since, which got no rows.", summary.get("skipped"))
     gauge("jobs_per_second", "Worker jobs per second of wall time in the last run.", summary["jobs_per_s"] or 0)
     gauge("jobs_run", "Worker jobs the last run executed (resumed ones excluded).", summary["jobs_run"])
     gauge("worker_peak_rss_bytes", "Peak resident memory of any worker in the last run.",

@@ -78,7 +78,7 @@ class Progress:
     def update(self, result: Result) -> None:
         with self._lock:
             self.done += 1
-            self.anomalies += bool(result.anomaly)
+            self.anomalies += result.anomalies
             self.failed += result.status.failed
         if result.status.failed:
             log.warning("%s: %s: %s", result.ip, result.status.value, result.error)

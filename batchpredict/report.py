@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import JobError, UsageError
-from .export import write_atomic
+from .export import events, write_atomic
 from .features import rolling_series
 from .job import Params, Severity, Status
 from .table import read_table
@@ -29,16 +29,18 @@ log = logging.getLogger("batchpredict")
 PLOTS = "plots"
 SEVERITY_COLOURS = {"normal": "#2da44e", "warning": "#d29922", "critical": "#cf222e"}
 LISTED = 200  # rows per table of failures / unscored IPs; the counts above stay complete
-TEXT_COLUMNS = ["ip", "timestamp", "anomaly", "severity", "status", "error", "model"]
+LISTED_ANOMALIES = 1000  # flagged points listed, worst first
+TEXT_COLUMNS = ["ip", "timestamp", "std_source", "anomaly", "severity", "status", "error", "model"]
 FAILED = {s.value for s in Status if s.failed}
 
 
 @dataclass
 class Report:
-    path: str     # index.html
+    path: str       # index.html
     ips: int
-    anomalies: int
-    plots: int
+    anomalies: int  # flagged points
+    anomalous_ips: int
+    plots: int      # one per anomalous IP, up to --top
 
 
 def read_results(path: str) -> tuple[pd.DataFrame, tuple[float, float]]:
@@ -55,35 +57,35 @@ def read_results(path: str) -> tuple[pd.DataFrame, tuple[float, float]]:
 
 def build_report(results: str, data: str, out_dir: str, top: int = 100, params: Params = Params(),
                  layout: str | None = None) -> Report:
-    """Write `out_dir/index.html` and `out_dir/plots/*.png` for the `top` most anomalous IPs."""
+    """Write `out_dir/index.html` and `out_dir/plots/*.png` for the `top` most anomalous IPs, each
+    plot showing every point of the IP that was scored, flagged ones marked."""
     frame, sigmas = read_results(results)
     anomalous = _ranked_anomalies(frame)
-    plotted = anomalous.head(top)
-    series = {s.ip: s for s in read_table(data, layout, ips=set(plotted["ip"]))}
+    plotted = list(dict.fromkeys(anomalous["ip"]))[:top]  # each IP ranked by its worst point
+    series = {s.ip: s for s in read_table(data, layout, ips=set(plotted))}
     plots_dir = os.path.join(out_dir, PLOTS)
     os.makedirs(plots_dir, exist_ok=True)
     for old in os.listdir(plots_dir):  # a previous report's plots would linger unlinked
         if old.endswith(".png"):
             os.unlink(os.path.join(plots_dir, old))
+    scored = frame[frame["ip"].isin(plotted) & frame["predicted"].notna()]
+    points = dict(tuple(scored.groupby("ip", sort=False)))
     images: dict[str, str] = {}
-    for _, row in plotted.iterrows():
-        found = series.get(row["ip"])
+    for ip in plotted:
+        found = series.get(ip)
         if found is None:
-            log.warning("report: %s is not in %s; no plot", row["ip"], data)
+            log.warning("report: %s is not in %s; no plot", ip, data)
             continue
-        if found.labels and found.labels[-1] != row["timestamp"]:
-            log.warning("report: %s: results are for %s but %s ends at %s", row["ip"], row["timestamp"], data,
-                        found.labels[-1])
-        name = plot_name(row["ip"])
+        name = plot_name(ip)
         try:
-            plot(os.path.join(out_dir, name), row, found.labels, found.values, params, sigmas)
+            plot(os.path.join(out_dir, name), points[ip], found.labels, found.values, params, sigmas)
         except JobError as exc:  # the table given is not the one that was scored
-            log.warning("report: %s: no plot: %s", row["ip"], exc)
+            log.warning("report: %s: no plot: %s", ip, exc)
             continue
-        images[row["ip"]] = name
+        images[ip] = name
     page = os.path.join(out_dir, "index.html")
     write_atomic(page, render(frame, anomalous, images, results, _read_summary(results)))
-    return Report(page, len(frame), len(anomalous), len(images))
+    return Report(page, frame["ip"].nunique(), len(anomalous), anomalous["ip"].nunique(), len(images))
 
 
 def _ranked_anomalies(frame: pd.DataFrame) -> pd.DataFrame:
@@ -101,38 +103,48 @@ def plot_name(ip: str) -> str:
     return f"{PLOTS}/{safe}-{hashlib.sha1(ip.encode()).hexdigest()[:8]}.png"
 
 
-def plot(path: str, row: pd.Series, labels: list[str], values: np.ndarray, params: Params,
+def plot(path: str, scored: pd.DataFrame, labels: list[str], values: np.ndarray, params: Params,
          sigmas: tuple[float, float]) -> None:
-    """Raw series, rolling mean, the prediction with its bands, the observed point by severity."""
+    """Raw series, rolling mean, the prediction with its bands at each scored point (one point: over
+    the window before it), and each flagged point's observed value by severity."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+    where = {label: i for i, label in enumerate(labels)}
+    unknown = [t for t in scored["timestamp"] if t not in where]
+    if unknown:
+        raise JobError(Status.INVALID_INPUT, f"results are for {unknown[0]}, which the table does not have")
+    at = np.array([where[t] for t in scored["timestamp"]])
+    span, take = (at, np.arange(len(at))) if len(at) > 1 else \
+        (np.array([max(params.rolling - 1, at[0] - params.window), at[0] + 0.5]), np.zeros(2, dtype=int))
     low, high = (f"{k:g}" for k in sigmas)
     x = np.arange(len(values))
     smooth = rolling_series(values, params.rolling)
-    last = x[-1]
     fig = Figure(figsize=(8, 3.2), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    start = max(params.rolling - 1, last - params.window)
-    predicted = row["predicted"]
-    ax.fill_between([start, last + 0.5], row[f"lower_{low}std"], row[f"upper_{low}std"], color="#54aeff",
-                    alpha=0.25, lw=0, label=f"{low}σ band", zorder=1)
-    ax.fill_between([start, last + 0.5], row[f"lower_{high}std"], row[f"upper_{high}std"], color="#54aeff",
-                    alpha=0.12, lw=0, label=f"{high}σ band", zorder=0)
+    for k, alpha, order in ((low, 0.25, 1), (high, 0.12, 0)):
+        ax.fill_between(span, scored[f"lower_{k}std"].to_numpy()[take], scored[f"upper_{k}std"].to_numpy()[take],
+                        color="#54aeff", alpha=alpha, lw=0, label=f"{k}σ band", zorder=order)
     ax.plot(x, values, color="#8c959f", lw=1, label="raw", zorder=2)
     ax.plot(x[params.rolling - 1:], smooth, color="#0969da", lw=1.8, label=f"rolling mean ({params.rolling})",
             zorder=3)
-    ax.plot([start, last + 0.5], [predicted, predicted], color="#24292f", lw=1, ls="--", zorder=4)
-    ax.plot([last], [predicted], marker="D", color="#24292f", ls="", label="predicted", zorder=5)
-    severity = row["severity"] or "normal"
-    ax.plot([last], [row["observed"]], marker="o", ms=9, color=SEVERITY_COLOURS.get(severity, "#cf222e"), ls="",
-            label=f"observed ({severity})", zorder=6)
+    ax.plot(span, scored["predicted"].to_numpy()[take], color="#24292f", lw=1, ls="--", zorder=4)
+    flagged = (scored["anomaly"] == "true").to_numpy()
+    ax.plot(at[flagged], scored["predicted"][flagged], marker="D", color="#24292f", ls="", label="predicted",
+            zorder=5)
+    for severity in ("warning", "critical"):
+        mask = (scored["severity"] == severity).to_numpy()
+        if mask.any():
+            ax.plot(at[mask], scored["observed"][mask], marker="o", ms=9 if len(at) == 1 else 6,
+                    color=SEVERITY_COLOURS[severity], ls="", label=f"observed ({severity})", zorder=6)
     ax.xaxis.set_major_locator(MaxNLocator(6, integer=True))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: labels[int(v)] if 0 <= int(v) < len(labels) else ""))
     ax.tick_params(axis="x", labelsize=7)
-    ax.set_title(f"{row['ip']}  {row['timestamp']}  {severity}", fontsize=10, loc="left")
+    worst = _ranked_anomalies(scored).iloc[0] if flagged.any() else scored.iloc[-1]
+    more = f"  ({flagged.sum()} of {len(at)} scored points flagged)" if len(at) > 1 else ""
+    ax.set_title(f"{worst['ip']}  {worst['timestamp']}  {worst['severity']}{more}", fontsize=10, loc="left")
     ax.legend(fontsize=7, loc="best", ncols=3, framealpha=0.8)
     ax.grid(alpha=0.3)
     fig.savefig(path)
@@ -182,36 +194,42 @@ def _rows_table(frame: pd.DataFrame, title: str, anchor: str, note: str) -> str:
 def render(frame: pd.DataFrame, anomalous: pd.DataFrame, images: dict[str, str], results: str,
            summary: dict) -> str:
     """The page: inline CSS, relative image paths, and a self-check that marks broken images."""
-    status_counts = frame["status"].value_counts()
+    ips = frame.drop_duplicates("ip")  # an IP's rows share its status, error and timing
+    status_counts = ips["status"].value_counts()
     severity_counts = frame["severity"].value_counts()
+    event_counts = events(frame)["peak_severity"].value_counts()
     status_rows = [[f'<span class="status {s.value}">{s.value}</span>', int(status_counts.get(s.value, 0)),
                     "failed" if s.failed else ""] for s in Status]
-    severity_rows = [[f'<span class="sev {s.value}">{s.value}</span>', int(severity_counts.get(s.value, 0))]
-                     for s in Severity]
-    failed = frame[frame["status"].isin(FAILED)]
-    unscored = frame[~frame.index.isin(failed.index) & (frame["status"] != Status.OK.value)]
-    slowest = frame.dropna(subset=["duration_ms"]).nlargest(10, "duration_ms")
+    severity_rows = [[f'<span class="sev {s.value}">{s.value}</span>', int(severity_counts.get(s.value, 0)),
+                      int(event_counts.get(s.value, 0)) if s is not Severity.NORMAL else ""] for s in Severity]
+    failed = ips[ips["status"].isin(FAILED)]
+    unscored = ips[~ips.index.isin(failed.index) & (ips["status"] != Status.OK.value)]
+    slowest = ips.dropna(subset=["duration_ms"]).nlargest(10, "duration_ms")
     anomaly_rows = [[f'<code>{_e(r.ip)}</code>', f'<span class="sev {_e(r.severity)}">{_e(r.severity)}</span>',
                      _e(r.timestamp), _e(r.observed), _e(r.predicted), _e(r.std),
                      f"{r.z:+.1f}σ" if np.isfinite(r.z) else "",
                      f'<a href="#{_anchor(images[r.ip])}">plot</a>' if r.ip in images else ""]
-                    for r in anomalous.itertuples()]
+                    for r in anomalous.head(LISTED_ANOMALIES).itertuples()]
     figures = "".join(
         f'<figure id="{_anchor(src)}"><img src="{_e(quote(src))}" alt="{_e(ip)}" width="800" height="320">'
         "</figure>" for ip, src in images.items())
-    meta = [f"results <code>{_e(os.path.basename(results))}</code>", f"{len(frame)} IPs"]
+    meta = [f"results <code>{_e(os.path.basename(results))}</code>", f"{len(ips)} IPs"]
+    if len(frame) > len(ips):
+        meta.append(f"{len(frame)} rows")
     if summary:
         meta += [f"wall {_e(summary.get('wall_s'))} s", f"{_e(summary.get('jobs_per_s'))} jobs/s",
                  f"peak worker RSS {_e(summary.get('worker_peak_rss_mib'), 0)} MiB"]
     meta.append("generated " + _e(time.strftime("%Y-%m-%d %H:%M:%S %Z")))
-    not_plotted = len(anomalous) - len(images)
+    not_plotted = anomalous["ip"].nunique() - len(images)
+    unlisted = len(anomalous) - LISTED_ANOMALIES
     return PAGE.format(
         title=_e(f"batchpredict report: {os.path.basename(results)}"),
         meta=" · ".join(meta),
         status=_table(["status", "IPs", ""], status_rows, "counts"),
-        severity=_table(["severity", "IPs"], severity_rows, "counts"),
+        severity=_table(["severity", "points", "events"], severity_rows, "counts"),
         anomalies=(_table(["IP", "severity", "timestamp", "observed", "predicted", "std", "distance", ""],
-                          anomaly_rows) if anomaly_rows else '<p class="none">None.</p>'),
+                          anomaly_rows) if anomaly_rows else '<p class="none">None.</p>')
+        + (f"<p>… and {unlisted} more in the CSV.</p>" if unlisted > 0 else ""),
         not_plotted=f"<p>{not_plotted} more anomalous IPs without a plot (<code>--top</code>).</p>"
         if not_plotted > 0 else "",
         count=len(anomalous), figures=figures,
@@ -271,7 +289,8 @@ figure {{ margin: 16px 0; }} figure img {{ max-width: 100%; height: auto; border
 <p class="meta">{meta}</p>
 <section id="summary" class="overview">
 <div><h2>IPs per status</h2>{status}</div>
-<div><h2>Severity</h2>{severity}</div>
+<div><h2>Points and events per severity</h2>{severity}
+<p class="meta">An event is a run of consecutive flagged points of one IP, counted at its worst.</p></div>
 </section>
 <section id="anomalies"><h2>Anomalies ({count})</h2>{anomalies}{not_plotted}{figures}</section>
 {failures}

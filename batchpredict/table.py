@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,7 @@ class Series:
     values: np.ndarray
     problem: str = ""  # why this IP cannot be scored as given (duplicates, ...)
     position: int = 0  # its place among the table's distinct IPs
+    keys: np.ndarray | None = None  # long tables: each label's rank in the table's time order
 
 
 def read_table(path: str, layout: str | None = None, ips: set[str] | None = None) -> list[Series]:
@@ -65,10 +66,28 @@ class Table:
         self.duplicates: dict[str, list[int]] = {}  # IP -> every line it is on, once it is on two
         self._positions: dict[str, int] = {}
         self._first_lines = array("q")  # position -> the line of its first appearance
+        self._points: LongPoints | None = None  # a long table's rows, once read
 
     def chunks(self) -> Iterator[list[Series]]:
         """The distinct IPs in table order, in chunks; a wide table's `duplicates` are complete at the end."""
         return self._long() if self.layout == "long" else self._wide()
+
+    def since(self, label: str) -> Callable[[Series], int]:
+        """--since: each series' index of its first point after `label`, its length when it has none.
+
+        Wide tables: `label` is a column header and "after" is the columns to its right. Long tables
+        (ask once the first chunk is read): `label` is a timestamp some IP has, as written, and "after"
+        follows the table's time order (dates, numbers or text). UsageError when no series has it.
+        """
+        if self.layout == "wide":
+            if label not in self.labels:
+                raise UsageError(f"--since {label!r} is not a column header in the table (give it as written there)")
+            after = self.labels.index(label) + 1
+            return lambda series: after
+        rank = self._points.rank(label) if self._points else None
+        if rank is None:
+            raise UsageError(f"--since {label!r} is not a timestamp of any IP in the table (give it as written there)")
+        return lambda series: int(np.searchsorted(series.keys, rank, side="right"))
 
     def position(self, ip: str) -> int:
         return self._positions[ip]
@@ -108,7 +127,7 @@ class Table:
             if next(self.file.wide_chunks(), None) is None:  # an empty table says so first
                 raise UsageError(self._empty())
             raise UsageError(f"long table {self.path} needs exactly the columns ip,timestamp,value (or unique_id,ds,y)")
-        points = LongPoints()
+        points = self._points = LongPoints()
         for chunk in self.file.long_chunks():
             points.add(*chunk)
         if not points.rows:
@@ -123,6 +142,7 @@ class LongPoints:
         self._ips: dict[str, int] = {}
         self._stamps: dict[str | None, int] = {}
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._ranks = np.zeros(0, dtype=np.int64)  # by timestamp code, once series() has begun
         self.rows = 0
 
     def add(self, ips: tuple[np.ndarray, list], stamps: tuple[np.ndarray, list], values: np.ndarray) -> None:
@@ -130,13 +150,19 @@ class LongPoints:
         self._parts.append((_recode(self._ips, *ips), _recode(self._stamps, *stamps), values))
         self.rows += len(values)
 
+    def rank(self, label: str) -> int | None:
+        """The timestamp's rank in time order, None when no row has it."""
+        code = self._stamps.get(label)
+        return None if code is None or code >= len(self._ranks) else int(self._ranks[code])
+
     def series(self, file: TableFile) -> Iterator[list[Series]]:
         ip_codes, stamp_codes, values = (np.concatenate(p) for p in zip(*self._parts))
         self._parts.clear()
         groups, names = pd.factorize(np.array([ip.strip() for ip in self._ips], dtype=object))
         group = groups[ip_codes]
         labels = np.array([np.nan if s is None else s for s in self._stamps], dtype=object)
-        rank = _order_ranks(labels)[stamp_codes]
+        self._ranks = _order_ranks(labels)
+        rank = self._ranks[stamp_codes]
         order = np.lexsort((rank, group))  # stable: equal timestamps keep the table's order
         starts = np.flatnonzero(np.diff(group[order], prepend=-1))
         ends = np.append(starts[1:], len(order))
@@ -149,7 +175,7 @@ class LongPoints:
             dup = np.flatnonzero(rank[rows][1:] == rank[rows][:-1])
             problem = f"duplicate timestamp {point_labels[dup[0] + 1]!r} for this IP" if len(dup) else ""
             series_values = text_numbers(exact[g]) if g in exact else values[rows]
-            chunk.append(Series(names[g], point_labels, series_values, problem, position=g))
+            chunk.append(Series(names[g], point_labels, series_values, problem, position=g, keys=rank[rows]))
             if len(chunk) == CHUNK_IPS:
                 yield chunk
                 chunk = []

@@ -1,16 +1,15 @@
 """One prediction job (the per-IP algorithm, docs/design.md §3), run inside an isolated worker process."""
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
 
 from . import loading, scalers
-from .anomaly import assess
+from .anomaly import assess, point_stds, std_mode
 from .errors import JobError, Unsupported, first_line
-from .features import split_window
-from .job import Job, Result, Status
+from .features import scored_windows
+from .job import Job, Point, Result, Status
 from .loading import load_model
 
 # True in workers forked from the lean forkserver (preload/lean.py): no TensorFlow, no scikit-learn
@@ -19,8 +18,8 @@ LEAN = False
 
 
 def run_job(job: Job) -> Result:
-    """Score one IP. Never raises: every failure becomes the row's status and one-line error."""
-    result = Result(ip=job.ip, model=job.model, std=job.std, timestamp=job.labels[-1] if job.labels else "")
+    """Score one IP's points. Never raises: every failure becomes the row's status and one-line error."""
+    result = Result(ip=job.ip, model=job.model, timestamp=job.labels[-1] if job.labels else "")
     try:
         _score(job, result)
     except Unsupported as exc:  # only where LEAN
@@ -45,12 +44,20 @@ def _score(job: Job, result: Result) -> None:
     if model.window is not None and model.window != window:
         result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")
         window = model.window
-    inputs, observed = split_window(np.asarray(job.values, dtype=float), params.rolling, window)
-    result.observed = observed
-    x = scaler.transform(inputs).reshape(1, window, 1).astype(np.float32)
-    raw = np.asarray(model.predict(x), dtype=float).reshape(1, -1)
-    predicted = float(scaler.inverse_transform(raw)[0, 0])
-    if not math.isfinite(predicted):
-        raise JobError(Status.ERROR, f"model returned {predicted} for a finite window")
-    result.predicted = predicted
-    result.lower, result.upper, result.anomaly, result.severity = assess(observed, predicted, job.std, params.sigmas)
+    kind, count = std_mode(params.std)
+    start = job.start()
+    # --std rolling:N / mad:N also scores the N points before the first one, for their residuals only.
+    positions, inputs, observed = scored_windows(np.asarray(job.values, dtype=float), params.rolling, window,
+                                                 max(0, start - count))
+    # Every point's window in one call: the model, the scaler and the arithmetic are per row.
+    x = scaler.transform(inputs.reshape(-1)).reshape(len(positions), window, 1).astype(np.float32)
+    raw = np.asarray(model.predict(x), dtype=float).reshape(len(positions), -1)
+    predicted = scaler.inverse_transform(raw)[:, 0]
+    finite = np.isfinite(predicted)
+    if not finite.all():
+        raise JobError(Status.ERROR, f"model returned {predicted[~finite][0]} for a finite window")
+    stds, sources = point_stds(observed - predicted, job.std, kind, count)
+    result.points = [Point(job.labels[at], seen, guess, std, *assess(seen, guess, std, params.sigmas), source)
+                     for at, seen, guess, std, source in zip(positions.tolist(), observed.tolist(),
+                                                             predicted.tolist(), stds.tolist(), sources)
+                     if at >= start]

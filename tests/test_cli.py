@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from batchpredict.export import columns
@@ -13,6 +14,20 @@ DESIGN_COLUMNS = ("ip,timestamp,observed,predicted,std,lower_2std,upper_2std,low
 
 def test_columns_are_the_contract():
     assert columns((2.0, 4.0)) == DESIGN_COLUMNS
+
+
+def test_points_1_is_todays_output(clean_run, base_store, tmp_path):
+    from test_coordinator import check_against_numpy
+
+    out = tmp_path / "a.csv"
+    done = run_cli("predict", "--data", clean_run.table, "--models", base_store, "--out", out, "--points", "1")
+    assert done.returncode == 0, done.stderr
+    frame = read_out(out)
+    assert list(frame.columns) == DESIGN_COLUMNS and not (tmp_path / "a.csv.events.csv").exists()
+    check_against_numpy(frame, base_store, clean_run.data)
+    timing = ["attempts", "duration_ms", "worker_pid", "worker_peak_rss_mib"]
+    pd.testing.assert_frame_equal(frame.drop(columns=timing), read_out(clean_run.out).drop(columns=timing),
+                                  check_exact=True)
 
 
 def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
@@ -67,6 +82,10 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
     (["--workers", "0"], "whole number"),
     (["--layout", "tall"], "invalid choice"),
     (["--max-worker-memory", "lots"], "not a size"),
+    (["--points", "0"], "whole number"),
+    (["--points", "3", "--since", "t010"], "not allowed with argument"),
+    (["--since", "t999"], "--since 't999' is not a column header in the table"),
+    (["--std", "rolling:1"], "--std takes store, rolling:N or mad:N with N >= 2"),
 ])
 def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, args, message):
     (tmp_path / "empty.csv").write_text("")

@@ -219,8 +219,140 @@ def test_ten_thousand_ips_read_in_chunks_of_any_size_give_one_csv(tmp_path, monk
         values = [float(v) if v not in ("", "n/a", "oops") else np.nan for v in text.loc[ip]]
         result = run_job(Job(ip, list(text.columns), values, str(store), f"model/{model}", f"sc/{ip}.save",
                              stds[ip]))
-        row = export.row(result)
+        [row] = export.rows(result)
         got = frame.loc[ip]
         for column, cell in zip(export.columns((2.0, 4.0))[1:13], row[1:13]):
             assert got[column] == ("" if cell is None else repr(cell) if isinstance(cell, float) else str(cell)), \
                 (ip, column)
+
+
+TIMING = ["attempts", "duration_ms", "worker_pid", "worker_peak_rss_mib"]
+POINTS = 8
+
+
+@pytest.fixture(scope="module")
+def points_store(tmp_path_factory):
+    """Models whose one batched call must give what one call per window gives: two LSTMs (one with
+    variable timesteps, fed --window), and a linear model declaring 12 timesteps, which replace
+    --window 20. A 30-column table: 26 smoothed points, so a window of 20 leaves 6 to score."""
+    from conftest import SCALERS, build_models, write_scaler, write_stds
+
+    store = tmp_path_factory.mktemp("points") / "store"
+    items = {"10.5.0.1": {"kind": "lstm", "format": "h5", "seed": 1},
+             "10.5.0.2": {"kind": "linear", "format": "keras", "window": 12, "weights": weights_for("10.5.0.2", 12)},
+             "10.5.0.3": {"kind": "lstm", "format": "keras", "window": None, "seed": 3}}
+    build_models(store, [{"ip": ip, **item} for ip, item in items.items()])
+    data = {ip: series_for(ip, 30) for ip in items}
+    data["10.5.0.1"][[2, 27]] = np.nan  # the fill differs at every cut: the mean up to it
+    for i, ip in enumerate(items):
+        write_scaler(store, ip, SCALERS[i]().fit(data[ip][~np.isnan(data[ip])].reshape(-1, 1)))
+    write_stds(store, {ip: 0.4 for ip in items})  # narrow bands: some points flagged
+    return store, data
+
+
+@pytest.mark.parametrize("engine", ["auto", pytest.param("keras", marks=pytest.mark.slow)])
+def test_points_n_equals_one_point_runs_on_the_table_cut_off_at_each_point(points_store, tmp_path, engine):
+    store, data = points_store
+    table = wide_table(tmp_path / "t.csv", data)
+    options = RunOptions(workers=2, engine=engine)
+    frame = predict_table(str(table), str(store), params=Params(points=POINTS), options=options)
+    cuts = []
+    for drop in range(POINTS - 1, -1, -1):
+        cut = wide_table(tmp_path / f"cut{drop}.csv", {ip: values[:len(values) - drop] for ip, values in data.items()})
+        cuts.append(predict_table(str(cut), str(store), options=options))
+    expected = pd.concat(cuts).query("status == 'ok'")
+    expected = expected.sort_values("ip", key=lambda ips: ips.map(list(data).index), kind="stable")
+    assert frame.attrs["summary"]["rows"] == len(frame) == len(expected) == 6 + POINTS + 6
+    assert (frame["status"] == "ok").all() and frame["anomaly"].eq("true").any()
+    got, want = frame.drop(columns=TIMING).reset_index(drop=True), expected.drop(columns=TIMING).reset_index(drop=True)
+    text = ["ip", "timestamp", "anomaly", "severity", "status", "error", "model"]
+    pd.testing.assert_frame_equal(got[text], want[text])
+    np.testing.assert_allclose(got["observed"], want["observed"], rtol=1e-13)
+    np.testing.assert_allclose(got.drop(columns=text + ["observed"]), want.drop(columns=text + ["observed"]),
+                               rtol=1e-5)
+
+
+def long_table(path, stamps: dict[str, range]):
+    rows = [f"{ip},{t},{v}" for ip, ts in stamps.items() for t, v in zip(ts, series_for(ip, len(ts)))]
+    path.write_text("ip,timestamp,value\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_since_scores_every_point_after_the_label_and_skips_ips_that_end_before_it(base_store, tmp_path):
+    a, b, c = BASE_IPS[:3]
+    table = long_table(tmp_path / "t.csv", {a: range(1, 41), b: range(1, 46), c: range(1, 36)})
+    frame = predict_table(table, str(base_store), params=Params(since="35"))
+    assert frame.groupby("ip", sort=False)["timestamp"].apply(list).to_dict() == {
+        a: [str(t) for t in range(36, 41)], b: [str(t) for t in range(36, 46)]}
+    summary = frame.attrs["summary"]
+    assert (summary["ips"], summary["rows"], summary["skipped"]) == (2, 15, 1)
+    points = predict_table(table, str(base_store), params=Params(points=10))
+    after = points[points["timestamp"].astype(int) > 35].drop(columns=TIMING).reset_index(drop=True)
+    pd.testing.assert_frame_equal(frame.drop(columns=TIMING), after)
+
+
+@pytest.mark.parametrize("mode, points", [("rolling:8", 10), ("rolling:8", 60), ("mad:8", 10), ("mad:8", 60)])
+def test_each_row_uses_the_std_of_the_residuals_of_the_scored_points_before_it(base_store, tmp_path, mode, points):
+    """A --std run must judge each point by the 8 residuals (observed - predicted) of the scored points
+    before it, or by the store's std where there are fewer: 60 values leave 36 scorable points, the
+    first 8 without 8 before them. Over all 36, the residuals are the run's own rows; over the last
+    10, the 8 before the first are scored but not written, so a store run over all 36 gives them,
+    equal to float32 rounding (a batch of 18 windows against one of 36)."""
+    ips = BASE_IPS[:2]
+    data = {ip: series_for(ip, 60) for ip in ips}
+    data[ips[0]][[45, 46]] += 40  # outliers inside the residual windows
+    table = str(wide_table(tmp_path / "t.csv", data))
+    every = predict_table(table, str(base_store), params=Params(points=60))
+    frame = predict_table(table, str(base_store), params=Params(points=points, std=mode))
+    assert list(frame.columns) == list(every.columns[:5]) + ["std_source"] + list(every.columns[5:])
+    kind, count = mode.split(":")
+    source, rel = (frame, 1e-12) if points == 60 else (every, 1e-6)
+    for ip in ips:
+        residuals = source[source["ip"] == ip].set_index("timestamp").eval("observed - predicted")
+        store_std = every.loc[every["ip"] == ip, "std"].iloc[0]
+        rows = frame[frame["ip"] == ip]
+        assert len(rows) == min(points, 36) and (rows["status"] == "ok").all()
+        for row in rows.itertuples():
+            at = residuals.index.get_loc(row.timestamp)
+            before = residuals.iloc[max(0, at - 8):at].to_numpy()
+            if len(before) < 8:
+                assert (row.std, row.std_source) == (store_std, "store")
+                continue
+            by_hand = np.std(before, ddof=1) if kind == "rolling" else 1.4826 * np.median(np.abs(before))
+            assert row.std == pytest.approx(by_hand, rel=rel) and row.std_source == mode
+            assert row.upper_4std == pytest.approx(row.predicted + 4 * row.std, rel=1e-12)
+        pd.testing.assert_frame_equal(  # the points themselves are the store run's
+            rows[["timestamp", "observed", "predicted"]].reset_index(drop=True),
+            every[every["ip"] == ip][["timestamp", "observed", "predicted"]].tail(len(rows)).reset_index(drop=True))
+
+
+def read_events(path):
+    return pd.read_csv(path, dtype={c: str for c in ("ip", "start", "end", "peak_severity", "open")})
+
+
+def test_events_file_collapses_runs_of_flagged_points_per_ip(store, tmp_path):
+    """a: two runs of flags with normal points between them; b: flagged up to its last point (open),
+    right after a's last flagged point in the file; c: none. Each raw jump lifts 5 smoothed values
+    by 300; with a std of 60 nothing else is flagged, not even the prediction's echo of a jump."""
+    from conftest import write_stds
+
+    a, b, c = BASE_IPS[:3]
+    write_stds(store, {ip: 60.0 for ip in BASE_IPS})
+    data = {ip: series_for(ip) for ip in (a, b, c)}
+    data[a][[30, 37]] += 1500
+    data[b][38] += 1500
+    table, out = wide_table(tmp_path / "t.csv", data), tmp_path / "a.csv"
+    frame = predict_table(str(table), str(store), str(out), params=Params(points=12))
+    events = read_events(Path(str(out) + ".events.csv"))
+    flagged = frame[frame["anomaly"] == "true"].groupby("ip")["timestamp"].apply(list).to_dict()
+    assert flagged == {a: [f"t{i:03d}" for i in [*range(30, 35), *range(37, 40)]],
+                       b: ["t038", "t039"]}  # a's two runs touch: t034 then t037 is after a gap
+    assert events[["ip", "start", "end", "points", "open"]].values.tolist() == [
+        [a, "t030", "t034", 5, "false"], [a, "t037", "t039", 3, "true"], [b, "t038", "t039", 2, "true"]]
+    for event in events.itertuples():
+        rows = frame[(frame["ip"] == event.ip) & frame["timestamp"].between(event.start, event.end)]
+        assert event.peak_sigma == pytest.approx(((rows.observed - rows.predicted).abs() / rows["std"]).max())
+        assert event.peak_severity == ("critical" if (rows["severity"] == "critical").any() else "warning")
+    assert frame.attrs["summary"]["events"] == events["peak_severity"].value_counts().to_dict()
+    predict_table(str(table), str(store), str(tmp_path / "one.csv"))
+    assert not (tmp_path / "one.csv.events.csv").exists()  # the default one point per IP writes none

@@ -151,14 +151,21 @@ def test_no_worker_outlives_a_killed_coordinator(store, table, tmp_path):
     workers: list[psutil.Process] = []
     while time.monotonic() < deadline and not workers:  # workers are the forkserver's children
         time.sleep(0.2)
-        descendants = coordinator.children(recursive=True)
-        workers = [d for d in descendants if d.ppid() != proc.pid]
+        workers = [d for d in coordinator.children(recursive=True) if _parent(d) not in (proc.pid, None)]
     descendants = coordinator.children(recursive=True)
     assert workers, "no worker seen"
     proc.kill()
     proc.wait(30)
     gone, alive = psutil.wait_procs(descendants, timeout=15)
     assert not alive
+
+
+def _parent(process: psutil.Process) -> int | None:
+    """Its parent's pid, or None when it exited since it was listed (jobs finish all the time)."""
+    try:
+        return process.ppid()
+    except psutil.NoSuchProcess:
+        return None
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from batchpredict.errors import JobError
-from batchpredict.features import rolling_series, split_window
+from batchpredict.features import rolling_series, scored_windows, split_window
 
 
 def test_original_script_indexing_with_exactly_window_plus_rolling_values():
@@ -45,3 +45,38 @@ def test_rolling_mean_is_pandas_rolling_mean(rolling):
     raw = pd.Series(values)
     expected = raw.rolling(rolling).mean().iloc[rolling - 1:].fillna(raw.mean()).to_numpy()
     np.testing.assert_allclose(rolling_series(values, rolling), expected, rtol=1e-12)
+
+
+def one_point_runs(values, rolling, window, start):
+    """What split_window gives on the series cut off at each point from `start` on: the reference."""
+    found = []
+    for end in range(start, len(values)):
+        try:
+            found.append((end, *split_window(values[:end + 1], rolling, window)))
+        except JobError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("rolling, window, start", [(5, 20, 28), (3, 4, 0), (1, 6, 10), (5, 20, 39)])
+def test_every_point_sees_what_a_run_cut_off_there_sees(rolling, window, start):
+    rng = np.random.default_rng(window)
+    values = rng.normal(100, 10, 40)
+    values[[1, 2, 17, 36]] = np.nan  # the fill is the mean up to each cut, not the whole series' mean
+    positions, inputs, observed = scored_windows(values, rolling, window, start)
+    expected = one_point_runs(values, rolling, window, start)
+    assert positions.tolist() == [end for end, _, _ in expected] and len(expected) > 0
+    for row, (_, window_values, seen) in enumerate(expected):
+        np.testing.assert_allclose(inputs[row], window_values, rtol=1e-13)
+        assert observed[row] == pytest.approx(seen, rel=1e-13)
+
+
+def test_points_without_a_full_window_or_any_number_before_them_are_not_scored():
+    values = np.r_[np.full(8, np.nan), np.arange(10.0)]
+    positions, _, observed = scored_windows(values, rolling=2, window=3, start=0)
+    # Smoothed point j needs j >= 3 (index j + 1); indices 4..7 have no number up to them yet.
+    assert positions.tolist() == list(range(8, 18))
+    assert observed[0] == 0.0  # the window (nan, 0): filled with the mean up to here, 0
+    assert scored_windows(np.arange(30.0), rolling=5, window=20, start=0)[0].tolist() == list(range(24, 30))
+    with pytest.raises(JobError, match="need 21"):
+        scored_windows(np.arange(24.0), rolling=5, window=20, start=0)

@@ -1,6 +1,7 @@
 """Journal, resume, lock and signals, on real runs of the CLI."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -13,8 +14,9 @@ import pandas as pd
 import psutil
 import pytest
 
+from batchpredict import Params, predict_table
 from batchpredict.errors import LockHeld, UsageError
-from batchpredict.job import Result, Status
+from batchpredict.job import Point, Result, Severity, Status
 from batchpredict.journal import Journal, Lock
 from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli
 
@@ -43,13 +45,14 @@ def test_journal_round_trip_and_torn_last_line(tmp_path):
     path = tmp_path / "j"
     journal = Journal(str(path), "fp")
     assert journal.open(resume=True) == {}
-    journal.append(Result(ip="a", status=Status.OK, predicted=1.5, lower=(1.0, 0.5), upper=(2.0, 2.5)))
+    point = Point("t1", 3.0, 1.5, 0.25, (1.0, 0.5), (2.0, 2.5), True, Severity.CRITICAL)
+    journal.append(Result(ip="a", status=Status.OK, points=[point, dataclasses.replace(point, timestamp="t2")]))
     journal.close(remove=False)
     with open(path, "a") as fh:
         fh.write('{"ip": "b", "sta')  # a run killed mid-write
     again = Journal(str(path), "fp")
     done = again.open(resume=True)
-    assert list(done) == ["a"] and done["a"].upper == (2.0, 2.5)
+    assert list(done) == ["a"] and done["a"].points == [point, dataclasses.replace(point, timestamp="t2")]
     again.append(Result(ip="c"))
     again.close(remove=False)
     assert [r["ip"] for r in journal_results(path)] == ["a", "c"]
@@ -113,3 +116,28 @@ def test_second_run_on_same_output_exits_75_and_kill_9_then_resume(store, table,
     assert list(frame["ip"]) == BASE_IPS
     assert frame.set_index("ip").loc[BASE_IPS[-1], "status"] == "timeout"
     assert (frame[frame["ip"] != BASE_IPS[-1]]["status"] == "ok").all()
+
+
+def test_a_points_run_resumed_mid_way_writes_the_uninterrupted_runs_csv(store, tmp_path, clean_run):
+    table, reference, out = clean_run.table, tmp_path / "ref.csv", tmp_path / "a.csv"
+    predict_table(str(table), str(store), str(reference), params=Params(points=5))
+    journal = Path(str(out) + ".journal")
+    run = start_cli("--data", table, "--models", store, "--out", out, "--workers", "1", "--points", "5")
+    wait_for(lambda: len(journal_results(journal)) >= 3)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, stderr
+    first = journal_results(journal)
+    assert 3 <= len(first) < len(BASE_IPS) and all(len(r["points"]) == 5 for r in first)  # a line per IP
+    resumed = run_cli("predict", "--data", table, "--models", store, "--out", out, "--resume")
+    assert resumed.returncode == 2 and "another table, store or settings" in resumed.stderr  # --points is an input
+
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--resume", "--points", "5")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(Path(str(out) + ".summary.json").read_text())
+    assert summary["jobs_run"] == len(BASE_IPS) - len(first) and summary["rows"] == 5 * len(BASE_IPS)
+    frame = read_out(out)
+    assert not frame.duplicated(["ip", "timestamp"]).any()
+    pd.testing.assert_frame_equal(frame.drop(columns=TIMING), read_out(reference).drop(columns=TIMING))
+    events = Path(str(out) + ".events.csv").read_text()  # the resumed IPs' points from the journal included
+    assert events == Path(str(reference) + ".events.csv").read_text() and events.count("\n") > 2

@@ -24,8 +24,10 @@ def test_counts_equal_the_csv(every_status_run):
     for status in Status:
         assert found[("batchpredict_ips", (("status", status.value),))] == statuses[status.value]
     severities = frame["severity"].value_counts()
-    for severity in ("warning", "critical"):
+    for severity in ("warning", "critical"):  # one point per IP: each flagged point is an event
         assert found[("batchpredict_anomalies", (("severity", severity),))] == severities[severity] >= 1
+        assert found[("batchpredict_events", (("severity", severity),))] == severities[severity]
+    assert found[("batchpredict_rows", ())] == len(frame) and found[("batchpredict_skipped_ips", ())] == 0
     assert found[("batchpredict_last_run_success", ())] == 0
     assert found[("batchpredict_last_run_exit_code", ())] == 1
     assert ("batchpredict_last_success_timestamp_seconds", ()) not in found  # never succeeded

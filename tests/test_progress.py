@@ -14,13 +14,20 @@ import time
 import pytest
 
 from batchpredict import logs
-from batchpredict.job import Result, Severity, Status
+from batchpredict.job import Point, Result, Severity, Status
 from batchpredict.progress import Progress
 from conftest import BASE_IPS, run_cli, series_for, wide_table
 
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) ")
-RESULTS = [Result(ip="a", anomaly=False, severity=Severity.NORMAL), Result(ip="b", anomaly=True,
-           severity=Severity.CRITICAL), Result(ip="c", status=Status.TIMEOUT, error="no result within 1 s")]
+
+def point(severity: Severity) -> Point:
+    return Point("t", 1.0, 1.0, 1.0, (1.0, 1.0), (1.0, 1.0), severity is not Severity.NORMAL, severity)
+
+
+# Anomalies are counted in points: b has two.
+RESULTS = [Result(ip="a", points=[point(Severity.NORMAL)]),
+           Result(ip="b", points=[point(Severity.CRITICAL), point(Severity.NORMAL), point(Severity.WARNING)]),
+           Result(ip="c", status=Status.TIMEOUT, error="no result within 1 s")]
 
 
 @pytest.fixture
@@ -56,7 +63,7 @@ def test_a_terminal_gets_a_bar_and_no_progress_log_lines(caplog, rows, columns):
         shown = read_all(master)
     os.close(master)
     assert "\r" in shown and "3/3" in shown and "jobs/s" in shown
-    assert "anomalies=1" in shown and "failed=1" in shown
+    assert "anomalies=2" in shown and "failed=1" in shown
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if m.startswith("progress")]
     assert "c: timeout: no result within 1 s" in messages  # failures are warnings, bar or not
@@ -74,7 +81,7 @@ def test_without_a_terminal_a_log_line_every_interval(caplog):
     assert len(lines) >= 3
     assert lines[-1].getMessage().startswith("progress 3/4 jobs (75%)")
     assert {k: lines[-1].fields[k] for k in ("done", "total", "anomalies", "failed")} == {
-        "done": 3, "total": 4, "anomalies": 1, "failed": 1}
+        "done": 3, "total": 4, "anomalies": 2, "failed": 1}
     assert stream.getvalue() == ""  # no bar written anywhere
 
 

@@ -95,13 +95,14 @@ def comparable(frame: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.timeout(400)
 def test_ray_csv_equals_local_on_every_status(store, tmp_path):
     table = mixed_store(store, tmp_path)
-    limits = ["--timeout", "4", "--max-worker-memory", "1GiB"]
+    limits = ["--timeout", "4", "--max-worker-memory", "1GiB", "--points", "3"]  # results of several rows
     local = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "local.csv", *limits)
     ray = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "ray.csv", *limits,
                   "--backend", "ray", "--workers", "1", "--shard-size", "6")
     assert local.returncode == ray.returncode == 1, ray.stderr
     expected, got = read_out(tmp_path / "local.csv"), read_out(tmp_path / "ray.csv")
     assert dict(zip(got["ip"], got["status"])) == {ip: EXPECTED.get(ip, "ok") for ip in got["ip"]}
+    assert got["ip"].value_counts().max() == 3
     pd.testing.assert_frame_equal(comparable(got), comparable(expected), check_exact=True)
     assert "ray: 11 jobs in 2 shards" in ray.stderr
     assert "Traceback" not in ray.stderr

@@ -59,7 +59,7 @@ def test_every_status_is_counted_and_every_anomaly_plotted(every_status_run, rep
         assert page.cells[at + 1] == str(counts[status.value])
     anomalous = set(frame.loc[frame["anomaly"] == "true", "ip"])
     assert anomalous == {every_status_run.warning, every_status_run.critical}
-    assert set(page.images) == anomalous and done.plots == done.anomalies == 2
+    assert set(page.images) == anomalous and done.plots == done.anomalies == done.anomalous_ips == 2
     for src in page.images.values():
         with Image.open(out / src) as image:
             image.verify()
@@ -89,7 +89,7 @@ def test_report_never_imports_tensorflow(every_status_run, tmp_path):
     done = run_cli("report", "--results", every_status_run.out, "--data", every_status_run.table, "--out",
                    tmp_path / "r", "-q")
     assert done.returncode == 0, done.stderr
-    assert done.stderr.startswith("batchpredict report: 14 IPs, 2 anomalous, 2 plots")
+    assert done.stderr.startswith("batchpredict report: 14 IPs, 2 anomalous points in 2 IPs, 2 plots")
     code = ("import sys, batchpredict.report as r; r.build_report(*sys.argv[1:]); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
     probe = subprocess.run([sys.executable, "-c", code, str(every_status_run.out), str(every_status_run.table),
@@ -132,3 +132,42 @@ def test_chromium_loads_every_image_without_js_errors(report, tmp_path):
     body = rendered_body(copy / "index.html", tmp_path)
     assert body["data-images-ok"] == "false" and body["data-broken-images"] == missing
     assert body["data-js-errors"] == "1"
+
+
+def test_a_points_run_gets_one_plot_per_anomalous_ip_and_every_flagged_point_listed(base_store, tmp_path):
+    from batchpredict import Params, predict_table
+    from conftest import BASE_IPS, series_for, wide_table
+
+    data = {ip: series_for(ip) for ip in BASE_IPS[:3]}
+    data[BASE_IPS[0]][[33, 38]] += 1500  # two runs of flagged points (each lifts 5 smoothed values)
+    data[BASE_IPS[1]][39] += 1500
+    table, out = wide_table(tmp_path / "t.csv", data), tmp_path / "a.csv"
+    predict_table(str(table), str(base_store), str(out), params=Params(points=8))
+    frame = read_out(out)
+    flagged = frame[frame["anomaly"] == "true"]
+    anomalous = set(flagged["ip"])
+    assert len(frame) == 24 and {BASE_IPS[0], BASE_IPS[1]} <= anomalous and (flagged["ip"] == BASE_IPS[0]).sum() > 3
+    done = build_report(str(out), str(table), str(tmp_path / "r"))
+    page = Page((tmp_path / "r" / "index.html").read_text())
+    assert (done.ips, done.anomalies, done.anomalous_ips, done.plots) == (3, len(flagged), len(anomalous),
+                                                                         len(anomalous))
+    assert set(page.images) == anomalous
+    assert page.cells[page.cells.index("ok") + 1] == "3"  # IPs, not rows
+    listed = {(page.cells[i], page.cells[i + 2]) for i, cell in enumerate(page.cells[:-2])
+              if cell in anomalous and page.cells[i + 1] in ("warning", "critical")}
+    assert listed == set(zip(flagged["ip"], flagged["timestamp"]))
+    for src in page.images.values():
+        with Image.open(tmp_path / "r" / src) as image:
+            image.verify()
+    peaks, previous = [], None  # events by hand: a flagged row after a flagged row of the same IP goes on
+    for row in frame.itertuples():
+        if row.anomaly == "true":
+            if previous is not None and previous.anomaly == "true" and previous.ip == row.ip:
+                peaks[-1] = max(peaks[-1], row.severity, key=["warning", "critical"].index)
+            else:
+                peaks.append(row.severity)
+        previous = row
+    for severity in ("warning", "critical"):  # its points, then its events
+        at = page.cells.index(severity)
+        assert page.cells[at + 1:at + 3] == [str((flagged["severity"] == severity).sum()), str(peaks.count(severity))]
+    assert len(peaks) < len(flagged)

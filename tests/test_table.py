@@ -5,7 +5,7 @@ import pytest
 from batchpredict import table as table_module
 from batchpredict import tablefile
 from batchpredict.errors import UsageError
-from batchpredict.table import read_table
+from batchpredict.table import Table, read_table
 
 
 def write(tmp_path, text, name="t.csv"):
@@ -224,3 +224,40 @@ def test_parquet_is_known_by_its_bytes_and_a_bad_one_is_a_usage_error(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(UsageError, match="cannot read table"):
         read_table(str(tmp_path / "bad.parquet"))
+
+
+# Each IP's labels in the file's row order, the label, and each IP's labels after it.
+SINCE_CASES = {
+    "numbers": ({"a": ["9", "10", "100", "11"], "b": ["2", "9.0", "12"], "c": ["1", "9"]}, "10",
+                {"a": ["11", "100"], "b": ["12"], "c": []}),
+    "dates": ({"a": ["2026-01-02 00:00", "2026-01-01T12:00", "2026-01-01 06:00"],
+               "b": ["2026-01-01T12:00:00+01:00", "2026-01-03"], "c": ["2026-01-01"]}, "2026-01-01T12:00",
+              {"a": ["2026-01-02 00:00"], "b": ["2026-01-03"], "c": []}),
+    "text": ({"a": ["w10", "w09", "w11"], "b": ["w1", "w2", "x"], "c": ["w09"]}, "w10",
+             {"a": ["w11"], "b": ["w2", "x"], "c": []}),
+}
+
+
+def after(path, label):
+    """Each IP's labels after `label` (--since), as the coordinator asks the table for them."""
+    table = Table(path)
+    series = [s for chunk in table.chunks() for s in chunk]
+    first = table.since(label)
+    return {s.ip: s.labels[first(s):] for s in series}
+
+
+@pytest.mark.parametrize("kind", SINCE_CASES)
+def test_since_picks_the_points_after_the_label_in_the_tables_order(tmp_path, kind):
+    stamps, label, expected = SINCE_CASES[kind]
+    rows = [f"{ip},{stamp},1" for ip, labels in stamps.items() for stamp in labels]
+    assert after(write(tmp_path, "ip,timestamp,value\n" + "\n".join(rows) + "\n"), label) == expected
+
+
+def test_since_in_a_wide_table_is_a_column_and_must_exist(tmp_path):
+    path = write(tmp_path, "ip,3,1,2\nx,1,2,3\ny,4,5,6\n")
+    assert after(path, "1") == {"x": ["2"], "y": ["2"]}  # columns are in time order: "after" is to the right
+    assert after(path, "2") == {"x": [], "y": []}
+    with pytest.raises(UsageError, match="'4' is not a column header"):
+        after(path, "4")
+    with pytest.raises(UsageError, match="'1.0' is not a timestamp of any IP"):
+        after(write(tmp_path, "ip,timestamp,value\na,1,1\n", "l.csv"), "1.0")  # as written: the same number written otherwise is not the label

@@ -1,0 +1,7 @@
+"""Flags measured against labelled anomaly windows (`batchpredict evaluate`, docs/evaluation.md).
+
+The modules import pandas; this file does not, so the command line can name the baselines cheaply.
+"""
+from __future__ import annotations
+
+BASELINES = ("zscore",)  # detectors `evaluate --baseline` scores beside the model
