@@ -6,6 +6,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -132,3 +133,13 @@ def test_chromium_loads_every_image_without_js_errors(report, tmp_path):
     body = rendered_body(copy / "index.html", tmp_path)
     assert body["data-images-ok"] == "false" and body["data-broken-images"] == missing
     assert body["data-js-errors"] == "1"
+
+
+def test_a_parquet_table_plots_as_its_csv_does(every_status_run, tmp_path):
+    table = tmp_path / "stats.parquet"
+    pd.read_csv(every_status_run.table, dtype=str, keep_default_na=False).to_parquet(table, index=False)
+    from_csv = build_report(str(every_status_run.out), str(every_status_run.table), str(tmp_path / "csv"))
+    from_parquet = build_report(str(every_status_run.out), str(table), str(tmp_path / "parquet"))
+    assert from_parquet.plots == from_csv.plots == 2
+    assert sorted(p.name for p in (tmp_path / "parquet" / "plots").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "csv" / "plots").iterdir())
