@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from importlib import metadata
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -120,7 +120,7 @@ class Plan:
                                                   timestamp=series.labels[-1] if series.labels else ""))
             return None
 
-    def _check_problem(self, series: Series) -> None:
+    def _check_problem(self, series: Series) -> NoReturn:
         self.store.check_ip(series.ip)
         raise JobError(Status.INVALID_INPUT, series.problem)
 

@@ -113,3 +113,17 @@ def test_a_table_unreadable_past_its_first_chunk_exits_2_and_keeps_nothing(store
     assert f"cannot read table {path}: Error tokenizing data. C error: Expected 41 fields in line 10014, saw 42" \
         in done.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["a.csv.lock"]  # no CSV, summary or journal
+
+
+def test_a_parquet_table_scores_as_its_csv(store, table, tmp_path):
+    """Values as floats and as text: the rows are the CSV's, timing columns aside."""
+    frame = pd.read_csv(table, dtype=str)
+    frame[frame.columns[1:21]] = frame[frame.columns[1:21]].astype(float)
+    frame.to_parquet(tmp_path / "stats.parquet", index=False)
+    outputs = {}
+    for name, data in (("csv", table), ("parquet", tmp_path / "stats.parquet")):
+        done = run_cli("predict", "--data", data, "--models", store, "--out", tmp_path / f"{name}.csv")
+        assert done.returncode == 0, done.stderr
+        outputs[name] = read_out(tmp_path / f"{name}.csv").drop(columns=["duration_ms", "worker_pid",
+                                                                         "worker_peak_rss_mib"])
+    assert outputs["parquet"].equals(outputs["csv"]) and (outputs["csv"]["status"] == "ok").all()

@@ -6,6 +6,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -171,3 +172,13 @@ def test_a_points_run_gets_one_plot_per_anomalous_ip_and_every_flagged_point_lis
         at = page.cells.index(severity)
         assert page.cells[at + 1:at + 3] == [str((flagged["severity"] == severity).sum()), str(peaks.count(severity))]
     assert len(peaks) < len(flagged)
+
+
+def test_a_parquet_table_plots_as_its_csv_does(every_status_run, tmp_path):
+    table = tmp_path / "stats.parquet"
+    pd.read_csv(every_status_run.table, dtype=str, keep_default_na=False).to_parquet(table, index=False)
+    from_csv = build_report(str(every_status_run.out), str(every_status_run.table), str(tmp_path / "csv"))
+    from_parquet = build_report(str(every_status_run.out), str(table), str(tmp_path / "parquet"))
+    assert from_parquet.plots == from_csv.plots == 2
+    assert sorted(p.name for p in (tmp_path / "parquet" / "plots").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "csv" / "plots").iterdir())
