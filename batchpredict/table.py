@@ -120,7 +120,7 @@ class LongPoints:
     """A long table's rows as numbers: IP and timestamp codes (in order of first appearance), values."""
 
     def __init__(self) -> None:
-        self._ips: dict[str, int] = {}
+        self._ips: dict[str | None, int] = {}
         self._stamps: dict[str | None, int] = {}
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.rows = 0
@@ -133,7 +133,7 @@ class LongPoints:
     def series(self, file: TableFile) -> Iterator[list[Series]]:
         ip_codes, stamp_codes, values = (np.concatenate(p) for p in zip(*self._parts))
         self._parts.clear()
-        groups, names = pd.factorize(np.array([ip.strip() for ip in self._ips], dtype=object))
+        groups, names = pd.factorize(np.array([(ip or "").strip() for ip in self._ips], dtype=object))
         group = groups[ip_codes]
         labels = np.array([np.nan if s is None else s for s in self._stamps], dtype=object)
         rank = _order_ranks(labels)[stamp_codes]
