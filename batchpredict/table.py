@@ -139,7 +139,7 @@ class LongPoints:
     """A long table's rows as numbers: IP and timestamp codes (in order of first appearance), values."""
 
     def __init__(self) -> None:
-        self._ips: dict[str, int] = {}
+        self._ips: dict[str | None, int] = {}
         self._stamps: dict[str | None, int] = {}
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._ranks = np.zeros(0, dtype=np.int64)  # by timestamp code, once series() has begun
@@ -158,7 +158,7 @@ class LongPoints:
     def series(self, file: TableFile) -> Iterator[list[Series]]:
         ip_codes, stamp_codes, values = (np.concatenate(p) for p in zip(*self._parts))
         self._parts.clear()
-        groups, names = pd.factorize(np.array([ip.strip() for ip in self._ips], dtype=object))
+        groups, names = pd.factorize(np.array([(ip or "").strip() for ip in self._ips], dtype=object))
         group = groups[ip_codes]
         labels = np.array([np.nan if s is None else s for s in self._stamps], dtype=object)
         self._ranks = _order_ranks(labels)

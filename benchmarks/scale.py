@@ -22,6 +22,7 @@ on a shared machine the figures are only as quiet as it was.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -160,14 +161,17 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000, help="IPs in the table (default 1,000,000)")
     parser.add_argument("--every", type=int, default=200, help="one IP in EVERY has a model (default 200: 0.5%%)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--keep", metavar="DIR", help="build in DIR and leave it (default: a temporary folder)")
+    parser.add_argument("--keep", metavar="DIR", help="build in DIR (new) and leave it there (default: a temporary folder)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "scale-results.json"))
     parser.add_argument("--read-and-plan", nargs=2, metavar=("TABLE", "STORE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.read_and_plan:
         read_and_plan(*args.read_and_plan)
         return
-    with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=args.keep) as tmp:
+    if args.keep:
+        Path(args.keep).mkdir(parents=True)
+    folder = contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="bench-scale-")
+    with folder as tmp:
         dest = Path(tmp)
         started, load = time.monotonic(), os.getloadavg()[0]
         csv_path, parquet_path, dense_path, store, models = build(args.n, args.every, dest)

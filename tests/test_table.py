@@ -211,10 +211,11 @@ def test_parquet_wide_reads_as_its_csv(tmp_path, monkeypatch):
 
 def test_parquet_long_with_real_timestamps(tmp_path):
     stamps = pd.to_datetime(["2026-01-02", "2026-01-01", "2026-01-01", "2026-01-03"])
-    frame = pd.DataFrame({"unique_id": ["b", "a", "b", "b"], "ds": stamps, "y": [2.0, 10.0, 1.0, 3.0]})
+    frame = pd.DataFrame({"unique_id": ["b", "a", "b", "b", None], "ds": [*stamps, stamps[0]],
+                          "y": [2.0, 10.0, 1.0, 3.0, 5.0]})
     frame["unique_id"] = frame["unique_id"].astype("category")  # a dictionary column
     table = read_table(parquet_of(frame, tmp_path / "t.parquet"))
-    assert [s.ip for s in table] == ["b", "a"]
+    assert [s.ip for s in table] == ["b", "a", ""]  # a missing id is an empty one: invalid_input
     assert list(table[0].values) == [1.0, 2.0, 3.0] and table[0].labels[0].startswith("2026-01-01")
 
 
