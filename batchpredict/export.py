@@ -102,7 +102,7 @@ class Rows:
     def __init__(self, sigmas: tuple[float, float], cells: bool = False, std_source: bool = False,
                  events: bool = False) -> None:
         self.header = columns(sigmas, std_source)
-        self._std_source, self._keep_events = std_source, events
+        self._std_source, self.keeps_events = std_source, events
         self._cells = cells
         self._rows: list[Any] = []    # per position: CSV text, or the list of cell rows
         self._events: list[Any] = []  # per position, when events are kept: likewise
@@ -118,13 +118,13 @@ class Rows:
         if position >= len(self._rows):
             missing = position + 1 - len(self._rows)
             self._rows += [None] * missing
-            self._events += [None] * missing * self._keep_events
+            self._events += [None] * missing * self.keeps_events
             self._codes += bytes(2 * missing)
             self._tallies.extend([0] * len(_TALLIES) * missing)
         cells = rows(result, self._std_source)
         self._rows[position] = cells if self._cells else self._writer.render(cells)
         found = result_events(result)
-        if self._keep_events:
+        if self.keeps_events:
             self._events[position] = found if self._cells else self._writer.render(found)
         engine = result.engine
         if engine and engine not in self._engines:
@@ -151,10 +151,6 @@ class Rows:
         self._codes[2 * position] = _SKIPPED
         self._tallies[len(_TALLIES) * position] = 0
 
-    @property
-    def keeps_events(self) -> bool:
-        return self._keep_events
-
     def __len__(self) -> int:
         return len(self._rows)
 
@@ -174,9 +170,6 @@ class Rows:
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([cells for position in self._rows for cells in position], columns=self.header)
-
-    def events_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([cells for position in self._events for cells in position], columns=EVENT_COLUMNS)
 
     def counts(self) -> dict:
         """The summary's counts, each in order of first appearance in the table."""
