@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 from . import logs
 from .errors import BatchPredictError
-from .evaluation import BASELINES
+from .evaluation import BASELINES, FLAGS
 from .job import ENGINES, Params, Status
 
 log = logging.getLogger("batchpredict")
@@ -42,6 +42,7 @@ def parse_sigmas(text: str) -> tuple[float, float]:
 
 
 DEFAULT_SWEEP = "2:10:0.5"
+DEFAULT_ALERT_SWEEP = "0.2:0.8:0.05"
 
 
 def parse_sweep(text: str) -> list[float]:
@@ -124,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--std", default="store", metavar="store|rolling:N|mad:N",
                          help="the std of the bands: std.json's (default), or from the model's residuals over the "
                               "N scored points before each point: their std, or 1.4826 x their median absolute value")
+    predict.add_argument("--alert", default=Params.alert, metavar="METHOD[:key=value,...]",
+                         help="the alerting stage with --points/--since: an `alert` column true at most once per "
+                              f"event, at its onset, and a `score` in [0, 1] (default {Params.alert}: Numenta's "
+                              "anomaly likelihood on the residuals; severity: onsets of critical runs; none: off)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     add_engine_option(predict)
     predict.add_argument("--backend", default="local", help="local (default) or ray")
@@ -170,9 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", default=None, metavar="PREFIX", help="also write PREFIX.csv and PREFIX.json")
     evaluate.add_argument("--sigmas", type=parse_sigmas, default=None,
                           help="warning,critical thresholds in stds (default: the ones the results were made with)")
-    evaluate.add_argument("--sweep", type=parse_sweep, nargs="?", const=parse_sweep(DEFAULT_SWEEP), default=None,
+    evaluate.add_argument("--flags", choices=FLAGS, default=FLAGS[0],
+                          help="what to judge: anomaly (default: the seed's flags, at --sigmas) or alert (the alert "
+                               "column of predict's alerting stage, beside the baseline at --sigmas)")
+    evaluate.add_argument("--sweep", type=parse_sweep, nargs="?", const=[], default=None,
                           metavar="START:STOP:STEP",
-                          help=f"evaluate at every threshold of this range instead (default {DEFAULT_SWEEP})")
+                          help=f"evaluate at every threshold of this range instead (default {DEFAULT_SWEEP}; with "
+                               f"--flags alert, thresholds of the alert score, default {DEFAULT_ALERT_SWEEP})")
+    evaluate.add_argument("--alert", default=Params.alert, metavar="METHOD[:key=value,...]",
+                          help="--flags alert --sweep: the method the results were made with, for its rest period "
+                               f"(default {Params.alert})")
     evaluate.add_argument("--after", default=None, metavar="TABLE",
                           help="count only the points after each IP's last timestamp in TABLE (e.g. the table "
                                "train read: the points its models never saw)")
@@ -211,7 +223,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         with Progress(enabled=not args.quiet, interval=args.progress_interval) as progress:
             info = predict(args.data, args.models, args.out,
                                   Params(rolling=args.rolling, window=args.window, sigmas=args.sigmas,
-                                         points=args.points, since=args.since, std=args.std),
+                                         points=args.points, since=args.since, std=args.std, alert=args.alert),
                                   RunOptions(workers=args.workers, jobs_per_worker=args.jobs_per_worker,
                                              timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
                                              retries=args.retries, backend=args.backend, resume=args.resume,
@@ -223,6 +235,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             write_metrics(args.metrics_file, None, exc.exit_code, started)
         raise
     rows = f", {info['rows']} rows, {sum(info['events'].values())} events" if info["rows"] != info["ips"] else ""
+    rows += f", {info['alerts']} alerts" if "alerts" in info else ""
     skipped = f" ({info['skipped']} skipped: nothing after {args.since})" if info["skipped"] else ""
     logs.final.info(f"batchpredict: {info['ips']} IPs{rows}{skipped} in {info['wall_s']:.1f} s "
                     f"({info['jobs_per_s'] or 0:.1f} jobs/s) -> {args.out}: " + (_counts(info["status"]) or "no rows")
@@ -247,9 +260,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation.comparison import evaluate, format_table, write
 
-    done = evaluate(args.results, args.labels, args.sigmas, args.sweep, args.baseline, args.data, args.layout,
-                    Params(rolling=args.rolling, window=args.window), args.after)
-    if not args.sweep:
+    sweep = args.sweep
+    if sweep == []:
+        sweep = parse_sweep(DEFAULT_ALERT_SWEEP if args.flags == "alert" else DEFAULT_SWEEP)
+    done = evaluate(args.results, args.labels, args.sigmas, sweep, args.baseline, args.data, args.layout,
+                    Params(rolling=args.rolling, window=args.window, alert=args.alert), args.after, args.flags)
+    if not sweep:
         print(format_table(done.metrics) + "\n")
     print(format_table(done.metrics, totals_only=True))
     written = write(done, args.out) if args.out else []

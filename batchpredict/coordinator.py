@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, NoReturn
 import numpy as np
 import pandas as pd
 
-from . import export
+from . import alerting, export
 from .backend import make_executor
 from .anomaly import std_mode
 from .errors import Interrupted, JobError, UsageError
@@ -42,6 +42,7 @@ def check_params(params: Params) -> None:
         raise UsageError("--points and --since exclude each other: --since scores every point after its label")
     try:
         std_mode(params.std)
+        alerting.parse(params.alert)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     low, high = params.sigmas
@@ -163,7 +164,7 @@ def predict(data: str, models: str, out: str, params: Params = Params(), options
 def _rows(params: Params, cells: bool = False) -> export.Rows:
     """The run's rows; an events file only where an IP has several points (--points N, --since)."""
     return export.Rows(params.sigmas, cells, std_source=params.std != "store",
-                       events=params.points > 1 or params.since is not None)
+                       events=params.points > 1 or params.since is not None, alert=params.alerting)
 
 
 def _run(data: str, models: str, out: str | None, params: Params, options: RunOptions, rows: export.Rows,

@@ -48,8 +48,9 @@ def runs(ips: np.ndarray, flagged: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
             last_of_ip)
 
 
-def collapse(points: pd.DataFrame, flagged: np.ndarray) -> pd.DataFrame:
-    """One row per event, in the points' order: EVENT_COLUMNS.
+def collapse(points: pd.DataFrame, flagged: np.ndarray, alerts: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per event, in the points' order: EVENT_COLUMNS, and `alerts` (how many of the run's points
+    the alerting stage alerted on) where `alerts` is given.
 
     `points` are scored rows in output order (each IP's rows together, in time order); a run of flagged
     rows ends at a row not flagged or at a change of IP. `open` is true when the run reaches the IP's last
@@ -60,18 +61,18 @@ def collapse(points: pd.DataFrame, flagged: np.ndarray) -> pd.DataFrame:
         raise ValueError(f"flagged has {len(flagged)} values for {len(points)} points")
     ranks = points["severity"].map(RANK).fillna(-1).to_numpy(dtype=int)
     return pd.DataFrame(event_columns(points["ip"].astype(str).to_numpy(), points["timestamp"].to_numpy(), ranks,
-                                      sigma(points), flagged))
+                                      sigma(points), flagged, alerts))
 
 
 def event_columns(ips: np.ndarray, timestamps: np.ndarray, ranks: np.ndarray, sigmas: np.ndarray,
-                  flagged: np.ndarray) -> dict[str, np.ndarray]:
+                  flagged: np.ndarray, alerts: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """collapse() on arrays: ranks are severities as 0 (normal), 1 (warning), 2 (critical) or -1 (none).
     The coordinator calls it on each finished IP's points, without building a frame."""
     run_start, run_end, last_of_ip = runs(ips, flagged)
     rows = np.flatnonzero(flagged)             # each run is a contiguous slice of these
     first = np.searchsorted(rows, run_start)   # where each run starts within `rows`
     peak_rank = np.maximum.reduceat(ranks[rows], first)
-    return {
+    found = {
         "ip": ips[run_start],
         "start": timestamps[run_start],
         "end": timestamps[run_end],
@@ -80,3 +81,7 @@ def event_columns(ips: np.ndarray, timestamps: np.ndarray, ranks: np.ndarray, si
         "peak_sigma": np.fmax.reduceat(sigmas[rows], first),
         "open": last_of_ip[run_end],
     }
+    if alerts is not None:
+        before = np.concatenate([[0], np.cumsum(np.asarray(alerts, dtype=bool))])  # alerts before each row
+        found["alerts"] = before[run_end + 1] - before[run_start]
+    return found

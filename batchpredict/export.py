@@ -16,40 +16,52 @@ from .events import EVENT_COLUMNS, RANK, collapse, distance, event_columns
 from .job import Point, Result, Status
 
 
-def columns(sigmas: tuple[float, float], std_source: bool = False) -> list[str]:
-    """The CSV's header; `std_source` (any --std but store) adds the column saying which std a row used."""
+ALERT_COLUMNS = ["alert", "score", "alert_source"]  # appended where the alerting stage runs (Params.alerting)
+
+
+def columns(sigmas: tuple[float, float], std_source: bool = False, alert: bool = False) -> list[str]:
+    """The CSV's header; `std_source` (any --std but store) adds the column saying which std a row used,
+    `alert` the alerting stage's columns at the end."""
     bands = [f"{side}_{k:g}std" for k in sigmas for side in ("lower", "upper")]
     return (["ip", "timestamp", "observed", "predicted", "std"] + ["std_source"] * std_source + bands
             + ["anomaly", "severity", "status", "error", "model", "attempts", "duration_ms", "worker_pid",
-               "worker_peak_rss_mib"])
+               "worker_peak_rss_mib"] + ALERT_COLUMNS * alert)
 
 
-def rows(result: Result, std_source: bool = False) -> list[list[Any]]:
+def rows(result: Result, std_source: bool = False, alert: bool = False) -> list[list[Any]]:
     """The result's CSV rows: one per scored point, in time order, or one saying why there is none."""
-    return [row(result, point, std_source) for point in result.points] or [row(result, None, std_source)]
+    return ([row(result, point, std_source, alert) for point in result.points]
+            or [row(result, None, std_source, alert)])
 
 
-def row(result: Result, point: Point | None, std_source: bool = False) -> list[Any]:
+def row(result: Result, point: Point | None, std_source: bool = False, alert: bool = False) -> list[Any]:
     """One point of the result as CSV cells; None is an empty cell, floats keep full precision."""
     if point is None:
         values = [result.timestamp] + [None] * (9 + std_source)
+        alerts: list[Any] = [None] * len(ALERT_COLUMNS)
     else:
         anomaly = "true" if point.anomaly else "false"
         values = [point.timestamp, point.observed, point.predicted, point.std, *[point.std_source] * std_source,
                   *[v for pair in zip(point.lower, point.upper) for v in pair], anomaly, point.severity.value]
+        alerts = [None if point.alert is None else "true" if point.alert else "false", point.score,
+                  point.alert_source]
     return [result.ip, *values, result.status.value, result.error, result.model, result.attempts,
             None if result.duration_ms is None else round(result.duration_ms, 1), result.worker_pid,
-            None if result.worker_peak_rss_mib is None else round(result.worker_peak_rss_mib, 1)]
+            None if result.worker_peak_rss_mib is None else round(result.worker_peak_rss_mib, 1),
+            *alerts[:len(ALERT_COLUMNS) * alert]]
 
 
 def events(frame: pd.DataFrame) -> pd.DataFrame:
-    """The alert events of an output frame (events.collapse): each run of flagged points of one IP."""
+    """The alert events of an output frame (events.collapse): each run of flagged points of one IP, with
+    the alerts among its points where the frame has an `alert` column."""
     scored = frame[frame["predicted"].notna()]
-    return collapse(scored, (scored["anomaly"] == "true").to_numpy())
+    alerts = (scored["alert"] == "true").to_numpy() if "alert" in scored else None
+    return collapse(scored, (scored["anomaly"] == "true").to_numpy(), alerts)
 
 
-def result_events(result: Result) -> list[list[Any]]:
-    """The alert events of one result's points, as EVENT_COLUMNS cells (`open` as true/false)."""
+def result_events(result: Result, alert: bool = False) -> list[list[Any]]:
+    """The alert events of one result's points, as EVENT_COLUMNS cells (`open` as true/false), and with
+    `alert` the alerts among each event's points."""
     points = result.points
     if not any(point.anomaly for point in points):
         return []
@@ -58,9 +70,11 @@ def result_events(result: Result) -> list[list[Any]]:
     found = event_columns(np.full(len(points), result.ip, dtype=object),
                           np.array([p.timestamp for p in points], dtype=object),
                           np.array([RANK[p.severity.value] for p in points]), distance(observed, predicted, std),
-                          np.array([p.anomaly for p in points]))
-    return [[*cells[:-1], "true" if cells[-1] else "false"]
-            for cells in zip(*(found[c].tolist() for c in EVENT_COLUMNS))]
+                          np.array([p.anomaly for p in points]),
+                          np.array([bool(p.alert) for p in points]) if alert else None)
+    names = EVENT_COLUMNS + ["alerts"] * alert
+    return [[("true" if cell else "false") if isinstance(cell, bool) else cell for cell in cells]
+            for cells in zip(*(found[c].tolist() for c in names))]
 
 
 def write_rows(path: str, header: list[str], rows: list[list[Any]]) -> None:
@@ -88,8 +102,8 @@ class _Writer:
 
 _STATUSES = {status: code for code, status in enumerate(Status, 1)}
 _SKIPPED = 255  # the status code of a position without rows
-# Per position, what the summary counts: rows, points per severity, events per peak severity.
-_TALLIES = ("rows", "normal", "warning", "critical", "events_warning", "events_critical")
+# Per position, what the summary counts: rows, points per severity, events per peak severity, alerts.
+_TALLIES = ("rows", "normal", "warning", "critical", "events_warning", "events_critical", "alerts")
 
 
 class Rows:
@@ -100,9 +114,10 @@ class Rows:
     """
 
     def __init__(self, sigmas: tuple[float, float], cells: bool = False, std_source: bool = False,
-                 events: bool = False) -> None:
-        self.header = columns(sigmas, std_source)
-        self._std_source, self.keeps_events = std_source, events
+                 events: bool = False, alert: bool = False) -> None:
+        self.header = columns(sigmas, std_source, alert)
+        self.events_header = EVENT_COLUMNS + ["alerts"] * alert
+        self._std_source, self.keeps_events, self._alert = std_source, events, alert
         self._cells = cells
         self._rows: list[Any] = []    # per position: CSV text, or the list of cell rows
         self._events: list[Any] = []  # per position, when events are kept: likewise
@@ -121,9 +136,9 @@ class Rows:
             self._events += [None] * missing * self.keeps_events
             self._codes += bytes(2 * missing)
             self._tallies.extend([0] * len(_TALLIES) * missing)
-        cells = rows(result, self._std_source)
+        cells = rows(result, self._std_source, self._alert)
         self._rows[position] = cells if self._cells else self._writer.render(cells)
-        found = result_events(result)
+        found = result_events(result, self._alert)
         if self.keeps_events:
             self._events[position] = found if self._cells else self._writer.render(found)
         engine = result.engine
@@ -136,7 +151,7 @@ class Rows:
         at = len(_TALLIES) * position
         self._tallies[at:at + len(_TALLIES)] = array("l", (
             len(cells), severities.count("normal"), severities.count("warning"), severities.count("critical"),
-            peaks.count("warning"), peaks.count("critical")))
+            peaks.count("warning"), peaks.count("critical"), result.alerts))
         if result.worker_peak_rss_mib:
             self._peaks[position] = result.worker_peak_rss_mib
         elif self._peaks:
@@ -162,7 +177,7 @@ class Rows:
 
     def write_events(self, path: str) -> None:
         """`<out>.events.csv`: EVENT_COLUMNS, in table order then time order."""
-        self._write(path, EVENT_COLUMNS, self._events)
+        self._write(path, self.events_header, self._events)
 
     def _write(self, path: str, header: list[str], texts: list[Any]) -> None:
         render = self._writer.render if self._cells else str
@@ -183,6 +198,7 @@ class Rows:
                 "severity": {k: tallies[k] for k in ("normal", "warning", "critical") if tallies[k]},
                 "anomalies": tallies["warning"] + tallies["critical"],
                 "events": {k: tallies[f"events_{k}"] for k in ("warning", "critical") if tallies[f"events_{k}"]},
+                **({"alerts": tallies["alerts"]} if self._alert else {}),
                 "engines": _tally(engine, self._engines),
                 "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None}
 
@@ -215,10 +231,11 @@ def write_atomic(path: str, text: str | Iterable[str]) -> None:
 
 def summary(counts: dict, executed: int, wall_s: float, coordinator_peak_mib: float, **extra: Any) -> dict:
     """The run's summary.json: `counts` from Rows.counts (per IP: `ips`, `status`; per row: `rows`,
-    `severity`, `anomalies`; `events` per peak severity), then how the run went."""
+    `severity`, `anomalies`; `events` per peak severity; `alerts` where the alerting stage ran), then how the
+    run went."""
     peak = counts["worker_peak_rss_mib"]
     return {
-        **{k: counts[k] for k in ("ips", "rows", "status", "severity", "anomalies", "events")},
+        **{k: counts[k] for k in ("ips", "rows", "status", "severity", "anomalies", "events", "alerts") if k in counts},
         "jobs_run": executed,
         "engines": counts["engines"],
         "wall_s": round(wall_s, 3),

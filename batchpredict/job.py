@@ -42,6 +42,12 @@ class Params:
     points: int = 1            # the last N points of each series (--points)
     since: str | None = None   # or every point after this label (--since); the two exclude each other
     std: str = "store"         # the std of the bands: std.json's, or rolling:N / mad:N of the residuals
+    alert: str = "likelihood"  # the alerting stage's method (alerting.parse), or none; only with several points
+
+    @property
+    def alerting(self) -> bool:
+        """Alerts are given where a series has several scored points (--points N > 1, --since)."""
+        return self.alert != "none" and (self.points > 1 or self.since is not None)
 
 
 ENGINES = ("auto", "numpy", "keras")  # RunOptions.engine: who computes the forward pass
@@ -91,6 +97,9 @@ class Point:
     anomaly: bool
     severity: Severity
     std_source: str = "store"  # which std: std.json's, or the --std mode's (rolling:N, mad:N)
+    alert: bool | None = None  # the alerting stage's verdict (Params.alerting): page a person here
+    score: float | None = None  # its anomaly score in [0, 1]; None where it fell back to the seed's verdict
+    alert_source: str = ""     # the method that judged the point, or `severity` where history was too short
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -115,6 +124,10 @@ class Result(Outcome):
     @property
     def anomalies(self) -> int:
         return sum(point.anomaly for point in self.points)
+
+    @property
+    def alerts(self) -> int:
+        return sum(bool(point.alert) for point in self.points)
 
     def to_dict(self) -> dict:
         """The fields as they are (no deep copy: dataclasses.asdict cost ~0.5 ms a journal line)."""

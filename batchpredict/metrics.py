@@ -44,6 +44,8 @@ def render(summary: dict | None, exit_code: int, started: float, finished: float
     for severity in (Severity.WARNING, Severity.CRITICAL):
         anomalies.labels(severity=severity.value).set(summary["severity"].get(severity.value, 0))
         events.labels(severity=severity.value).set(summary.get("events", {}).get(severity.value, 0))
+    gauge("alerts", "Alerts of the last run: points where the alerting stage would page a person (--alert).",
+          summary.get("alerts"))
     gauge("rows", "Rows of the last run's CSV: one per scored point, or one per IP without any.", summary.get("rows"))
     gauge("skipped_ips", "IPs of the table with no point after --since, which got no rows.", summary.get("skipped"))
     gauge("jobs_per_second", "Worker jobs per second of wall time in the last run.", summary["jobs_per_s"] or 0)

@@ -30,7 +30,8 @@ PLOTS = "plots"
 SEVERITY_COLOURS = {"normal": "#2da44e", "warning": "#d29922", "critical": "#cf222e"}
 LISTED = 200  # rows per table of failures / unscored IPs; the counts above stay complete
 LISTED_ANOMALIES = 1000  # flagged points listed, worst first
-TEXT_COLUMNS = ["ip", "timestamp", "std_source", "anomaly", "severity", "status", "error", "model"]
+TEXT_COLUMNS = ["ip", "timestamp", "std_source", "anomaly", "severity", "status", "error", "model", "alert",
+                "alert_source"]
 FAILED = {s.value for s in Status if s.failed}
 
 
@@ -216,6 +217,8 @@ def render(frame: pd.DataFrame, anomalous: pd.DataFrame, images: dict[str, str],
     meta = [f"results <code>{_e(os.path.basename(results))}</code>", f"{len(ips)} IPs"]
     if len(frame) > len(ips):
         meta.append(f"{len(frame)} rows")
+    if "alert" in frame:
+        meta.append(f"{int((frame['alert'] == 'true').sum())} alerts")
     if summary:
         meta += [f"wall {_e(summary.get('wall_s'))} s", f"{_e(summary.get('jobs_per_s'))} jobs/s",
                  f"peak worker RSS {_e(summary.get('worker_peak_rss_mib'), 0)} MiB"]

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from . import loading, scalers
+from . import alerting, loading, scalers
 from .anomaly import assess, point_stds, std_mode
 from .errors import JobError, Unsupported, first_line
 from .features import scored_windows
@@ -45,10 +45,13 @@ def _score(job: Job, result: Result) -> None:
         result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")
         window = model.window
     kind, count = std_mode(params.std)
+    method = alerting.parse(params.alert) if params.alerting else None
     start = job.start()
-    # --std rolling:N / mad:N also scores the N points before the first one, for their residuals only.
+    # --std rolling:N / mad:N and the alerting stage also score the points before the first one, for their
+    # residuals only: each point's std and alert depend on that many points before it.
+    history = max(count, method.history() if method else 0)
     positions, inputs, observed = scored_windows(np.asarray(job.values, dtype=float), params.rolling, window,
-                                                 max(0, start - count))
+                                                 max(0, start - history))
     # Every point's window in one call: the model, the scaler and the arithmetic are per row.
     x = scaler.transform(inputs.reshape(-1)).reshape(len(positions), window, 1).astype(np.float32)
     raw = np.asarray(model.predict(x), dtype=float).reshape(len(positions), -1)
@@ -56,8 +59,18 @@ def _score(job: Job, result: Result) -> None:
     finite = np.isfinite(predicted)
     if not finite.all():
         raise JobError(Status.ERROR, f"model returned {predicted[~finite][0]} for a finite window")
-    stds, sources = point_stds(observed - predicted, job.std, kind, count)
-    result.points = [Point(job.labels[at], seen, guess, std, *assess(seen, guess, std, params.sigmas), source)
-                     for at, seen, guess, std, source in zip(positions.tolist(), observed.tolist(),
-                                                             predicted.tolist(), stds.tolist(), sources)
-                     if at >= start]
+    residuals = observed - predicted
+    stds, sources = point_stds(residuals, job.std, kind, count)
+    keep = np.flatnonzero(positions >= start)
+    points = [Point(job.labels[at], seen, guess, std, *assess(seen, guess, std, params.sigmas), source)
+              for at, seen, guess, std, source in zip(positions[keep].tolist(), observed[keep].tolist(),
+                                                      predicted[keep].tolist(), stds[keep].tolist(),
+                                                      [sources[i] for i in keep.tolist()])]
+    if method:
+        limit = params.sigmas[1] * stds  # the seed's critical band, the fallback where history is short
+        critical = (observed < predicted - limit) | (observed > predicted + limit)
+        alert, score, judged = alerting.alerts(residuals, critical, job.std, method)
+        for point, flag, value, by in zip(points, alert[keep].tolist(), score[keep].tolist(), judged[keep].tolist()):
+            point.alert, point.score = flag, value if by else None
+            point.alert_source = method.name if by else "severity"
+    result.points = points

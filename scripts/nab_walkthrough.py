@@ -11,12 +11,13 @@ Every step is a `batchpredict` command, printed before it runs:
    rerun takes a minute and a half (the store is trained into OUT/store.partial and renamed when train
    succeeds, so an interrupted training is never taken for a store);
 3. `predict --points 2500` (the second half of the longest host) with each --std of STD_MODES, the
-   recommended setting with its thresholds;
+   recommended setting with its thresholds; each with the default alerting stage (`alert`, `score`);
 4. `evaluate --after train.csv --baseline zscore` of --std store and of the recommended setting, then a
-   `--sweep` of every mode (OUT/sweep-*.txt, .csv);
+   `--sweep` of every mode (OUT/sweep-*.txt, .csv); `evaluate --flags alert` of the default alerts beside
+   the z-score at ALERT_BASELINE, and a `--sweep` of the alert score (OUT/sweep-alert.*);
 5. from the sweeps' per-host rows: each detector's best setting (the fewest false-alarm events per host-day
-   at >= 85% event recall), and a 2-fold check by host: that choice made on one half of the hosts and
-   scored on the other.
+   at >= 85% event recall, else the highest recall), and a 2-fold check by host: that choice made on one
+   half of the hosts and scored on the other.
 
 Exit 2 when NAB's files are not there; a failing command stops the walkthrough with its exit code.
 """
@@ -42,6 +43,9 @@ TARGET_RECALL = 0.85
 SWEEP = "2:10:0.5"
 ZSCORE = "zscore"
 SUMS = ["windows", "detected", "days", "false_alarm_points", "false_alarm_events", "nab_raw"]
+ALERT = "alert likelihood"  # the setting name of the alert score's sweep rows
+ALERT_DEFAULT = 0.5         # the default method's threshold on its score
+ALERT_BASELINE = "4.5,6"    # the z-score beside the alerts: its best at 16/18 windows, and the LSTM's 6σ
 
 
 def locate(nab: Path) -> tuple[Path, Path] | None:
@@ -114,6 +118,11 @@ def walk(nab: Path, out: Path) -> None:
         prefix = out / f"sweep-{name_of(mode)}"
         product("evaluate", "--results", str(out / f"{name_of(mode)}.csv"), *judged, *baseline, "--sweep", SWEEP,
                 "--out", str(prefix), capture=prefix.with_suffix(".txt"))
+    alerts = str(out / "store.csv")  # the alerting stage depends on the residuals, not on --std
+    product("evaluate", "--results", alerts, *judged, "--flags", "alert", "--baseline", ZSCORE, "--data", full,
+            "--sigmas", ALERT_BASELINE, "--out", str(out / "eval-alert"))
+    product("evaluate", "--results", alerts, *judged, "--flags", "alert", "--sweep", "--out",
+            str(out / "sweep-alert"), capture=out / "sweep-alert.txt")
     rows = per_host(out)
     print("\nEach detector's fewest false-alarm events per host-day at >= "
           f"{TARGET_RECALL:.0%} event recall (every threshold: {out}/sweep-*.txt):\n")
@@ -129,6 +138,8 @@ def per_host(out: Path) -> pd.DataFrame:
         metrics = pd.read_csv(out / f"sweep-{name_of(mode)}.csv", keep_default_na=False, na_values=[""])
         metrics["setting"] = metrics["detector"].where(metrics["detector"] != "model", "LSTM --std " + mode)
         frames.append(metrics)
+    alerts = pd.read_csv(out / "sweep-alert.csv", keep_default_na=False, na_values=[""])
+    frames.append(alerts.assign(setting=ALERT))
     rows = pd.concat(frames, ignore_index=True)
     return rows[rows["ip"] != "(total)"].reset_index(drop=True)
 
@@ -161,13 +172,18 @@ def choose(sums: pd.DataFrame, by: str) -> pd.DataFrame:
 
 
 def detector(setting: pd.Series) -> pd.Series:
-    """LSTM (whatever its --std) or the baseline: what the 2-fold check chooses a setting of."""
+    """LSTM (whatever its --std), alert or the baseline: what the 2-fold check chooses a setting of."""
     return setting.str.split(" ").str[0]
+
+
+def threshold(setting: str, value: float) -> str:
+    """A sigma, or a threshold on the alert score."""
+    return f"score {value:g}" if setting == ALERT else f"{value:g}σ"
 
 
 def describe(sums: pd.DataFrame) -> str:
     return format_table(["detector", "threshold", "recall", "FA points/host-day", "FA events/host-day", "NAB"],
-                        [[r.setting, f"{r.threshold:g}σ", _recall(r), f"{r.fa_points_per_day:.1f}",
+                        [[r.setting, threshold(r.setting, r.threshold), _recall(r), f"{r.fa_points_per_day:.1f}",
                           f"{r.fa_events_per_day:.2f}", f"{r.nab_score:.1f}"] for r in sums.itertuples()])
 
 
@@ -196,12 +212,15 @@ def two_fold(rows: pd.DataFrame) -> list[list[str]]:
         for r in choose(chosen.assign(detector=detector(chosen["setting"])), "detector").itertuples():
             there = rows[rows["ip"].isin(held) & (rows["setting"] == r.setting) & (rows["threshold"] == r.threshold)]
             scored.setdefault(r.detector, []).append(there)
-            lines.append([str(fold), r.setting, f"{r.threshold:g}σ", _recall(r), f"{r.fa_events_per_day:.2f}",
-                          *_scored(there, len(held))])
-    setting, critical = "LSTM --std " + RECOMMENDED[0], float(RECOMMENDED[1].split(",")[1])
-    for name, hosts in [("first", first), ("second", second)]:
-        there = rows[rows["ip"].isin(hosts) & (rows["setting"] == setting) & (rows["threshold"] == critical)]
-        lines.append([f"({name} half)", setting, f"{critical:g}σ", "", "", *_scored(there, len(hosts))])
+            lines.append([str(fold), r.setting, threshold(r.setting, r.threshold), _recall(r),
+                          f"{r.fa_events_per_day:.2f}", *_scored(there, len(held))])
+    defaults = [("LSTM --std " + RECOMMENDED[0], float(RECOMMENDED[1].split(",")[1])), (ALERT, ALERT_DEFAULT)]
+    for setting, value in defaults:
+        if not (rows["setting"] == setting).any():
+            continue
+        for name, hosts in [("first", first), ("second", second)]:
+            there = rows[rows["ip"].isin(hosts) & (rows["setting"] == setting) & np.isclose(rows["threshold"], value)]
+            lines.append([f"({name} half)", setting, threshold(setting, value), "", "", *_scored(there, len(hosts))])
     for name, parts in scored.items():
         lines.append(["both", name, "as chosen", "", "", *_scored(pd.concat(parts), len(first) + len(second))])
     return lines

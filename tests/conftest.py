@@ -165,7 +165,7 @@ def run_cli(*args: str, timeout: float = 240, env: dict | None = None) -> subpro
 
 def read_out(path: Path) -> pd.DataFrame:
     """An output CSV: text columns as text ('' when empty), numeric columns as numbers (NaN when empty)."""
-    text = ["ip", "timestamp", "std_source", "anomaly", "severity", "status", "error", "model"]
+    text = ["ip", "timestamp", "std_source", "anomaly", "severity", "status", "error", "model", "alert", "alert_source"]
     frame = pd.read_csv(path, dtype={c: str for c in text}, keep_default_na=False)
     numeric = [c for c in frame.columns if c not in text]
     frame[numeric] = frame[numeric].apply(lambda col: pd.to_numeric(col.replace("", np.nan)))

@@ -255,7 +255,7 @@ def test_points_n_equals_one_point_runs_on_the_table_cut_off_at_each_point(point
     store, data = points_store
     table = wide_table(tmp_path / "t.csv", data)
     options = RunOptions(workers=2, engine=engine)
-    frame = predict_table(str(table), str(store), params=Params(points=POINTS), options=options)
+    frame = predict_table(str(table), str(store), params=Params(points=POINTS, alert="none"), options=options)
     cuts = []
     for drop in range(POINTS - 1, -1, -1):
         cut = wide_table(tmp_path / f"cut{drop}.csv", {ip: values[:len(values) - drop] for ip, values in data.items()})
@@ -289,6 +289,37 @@ def test_since_scores_every_point_after_the_label_and_skips_ips_that_end_before_
     points = predict_table(table, str(base_store), params=Params(points=10))
     after = points[points["timestamp"].astype(int) > 35].drop(columns=TIMING).reset_index(drop=True)
     pd.testing.assert_frame_equal(frame.drop(columns=TIMING), after)
+
+
+SMALL_ALERT = "likelihood:window=40,average=2,centre=10,rest=10"  # history 60: short series get there
+
+
+def test_a_point_gets_the_same_alert_from_points_and_from_since(base_store, tmp_path):
+    """Real workers, a 200-point series with a spike and a level shift: --points 50, --points 120 and
+    --since the 150th label score the same points with different history before them in the batch;
+    each common point gets the same alert and, to float32 rounding of the forward pass, the same score."""
+    ips = BASE_IPS[:2]
+    data = {ip: series_for(ip, 200) for ip in ips}
+    data[ips[0]][[160, 161]] += 200.0
+    data[ips[1]][170:] += 120.0
+    table = str(wide_table(tmp_path / "t.csv", data))
+    runs = [predict_table(table, str(base_store), params=Params(alert=SMALL_ALERT, **which))
+            for which in ({"points": 50}, {"points": 120}, {"since": "t149"})]
+    assert [len(run) for run in runs] == [100, 240, 100]
+    assert all(list(run.columns[-3:]) == ["alert", "score", "alert_source"] for run in runs)
+    keyed = [run.set_index(["ip", "timestamp"]) for run in runs]
+    for other in keyed[1:]:
+        common = keyed[0].index.intersection(other.index)
+        assert len(common) == 100
+        assert keyed[0].loc[common, "alert"].tolist() == other.loc[common, "alert"].tolist()
+        np.testing.assert_allclose(keyed[0].loc[common, "score"].astype(float),
+                                   other.loc[common, "score"].astype(float), rtol=1e-4, atol=1e-6)
+    alerts = runs[1][runs[1]["alert"] == "true"].groupby("ip")["timestamp"].apply(list).to_dict()
+    # The spike and the shift each page once, at their onset: within the rolling mean's 5 points of it.
+    assert alerts.keys() == set(ips) and all(len(found) == 1 for found in alerts.values())
+    assert 160 <= int(alerts[ips[0]][0][1:]) < 165 and 170 <= int(alerts[ips[1]][0][1:]) < 175
+    assert (runs[1]["alert_source"] == "likelihood").all()
+    assert runs[1].attrs["summary"]["alerts"] == 2
 
 
 @pytest.mark.parametrize("mode, points", [("rolling:8", 10), ("rolling:8", 60), ("mad:8", 10), ("mad:8", 60)])

@@ -261,3 +261,63 @@ def test_after_keeps_only_the_points_later_than_the_training_table(case, tmp_pat
     train.write_text("ip,timestamp,value\na,2015-01-01 00:00,1\nb,2015-01-01 00:00,1\nc,2015-01-01 00:00,1\n")
     with pytest.raises(UsageError, match="no scored point is later"):
         evaluate(results, labels, after=str(train))
+
+
+def alert_results(path: Path, hosts: dict[str, tuple[list[int], list[float]]]) -> Path:
+    """A results CSV with the alerting stage's columns: per IP, its alert points and every point's score
+    (each point on its prediction, so the seed flags nothing)."""
+    rows = []
+    for ip, (alerted, scores) in hosts.items():
+        for i, value in enumerate(scores):
+            rows.append([ip, stamp(i), 10.0, 10.0, 1.0, 8.0, 12.0, 6.0, 14.0, "false", "normal", "ok", None,
+                         f"model/{ip}.h5", 1, 5.0, 4242, 30.0, "true" if i in alerted else "false", value,
+                         "likelihood"])
+    write_rows(str(path), columns((2.0, 4.0), alert=True), rows)
+    return path
+
+
+def test_flags_alert_judges_the_alert_column_and_a_sweep_its_score(tmp_path):
+    """a: a window over points 3-6, alerted at 4 and at 10 (a false alarm 4 points past the 4-point
+    window); b: a window over 2-3, missed, a false alarm at 7. The scores give the same alerts at 0.5 with
+    a rest of 3 (5 is 4's burst), and at 0.65 only 5."""
+    a = ([4, 10], [0, 0, 0, 0, 0.6, 0.7, 0, 0, 0, 0, 0.55, 0])
+    b = ([7], [0, 0, 0, 0, 0, 0, 0, 0.9])
+    results = alert_results(tmp_path / "r.csv", {"a": a, "b": b})
+    labels = labels_csv(tmp_path / "l.csv", WINDOWS[:2])
+    done = evaluate(str(results), str(labels), judged="alert", params=Params(alert="likelihood:rest=3"))
+    rows = {row.ip: row for row in done.metrics.itertuples()}
+    assert done.metrics[["detector", "level"]].drop_duplicates().values.tolist() == [["model", "alert"]]
+    raw_a = sig(-3 / 4) / sig(-1) + 0.11 * sig(4 / 3)
+    raw_b = -1 + 0.11 * -1.0  # 4 points past a 2-point window: beyond 3 widths
+    assert (rows["a"].detected, rows["a"].flagged_points, rows["a"].false_alarm_events) == (1, 2, 1)
+    assert (rows["b"].detected, rows["b"].false_alarm_events) == (0, 1)
+    assert rows["a"].nab_raw == pytest.approx(raw_a) and rows["b"].nab_raw == pytest.approx(raw_b)
+    assert rows[TOTAL].nab_score == pytest.approx(100 * (raw_a + raw_b + 2) / 4)
+    assert format_table(done.metrics, totals_only=True).splitlines()[1].startswith("alert ")
+
+    swept = evaluate(str(results), str(labels), sweep=[0.5, 0.65], judged="alert",
+                     params=Params(alert="likelihood:rest=3"))
+    totals = swept.metrics[swept.metrics["ip"] == TOTAL].set_index("threshold")
+    assert totals.loc[0.5, "nab_raw"] == pytest.approx(raw_a + raw_b)
+    assert totals.loc[0.65, "nab_raw"] == pytest.approx(sig(-2 / 4) / sig(-1) + raw_b)
+
+
+def test_flags_alert_beside_the_baseline_and_without_an_alert_column(case, tmp_path):
+    results, labels = case
+    with pytest.raises(UsageError, match="no alert column"):
+        evaluate(str(results), str(labels), judged="alert")
+    noise = np.random.default_rng(5).normal(0, 0.1, 40)
+    table = tmp_path / "t.csv"  # the points the results scored, with 28 before them, a jump at point 4
+    table.write_text("ip,timestamp,value\n" + "".join(
+        f"a,{stamp(i)},{10 + noise[i + 28] + 50 * (i == 4)}\n" for i in range(-28, 12)))
+    out = tmp_path / "e"
+    done = run_cli("evaluate", "--results", alert_results(tmp_path / "r.csv", {"a": ([4], [0.0] * 12)}),
+                   "--labels", labels, "--flags", "alert", "--sigmas", "3,5", "--baseline", "zscore",
+                   "--data", table, "--out", out)
+    assert done.returncode == 0, done.stderr
+    metrics = pd.read_csv(str(out) + ".csv")
+    totals = metrics[metrics["ip"] == TOTAL]
+    assert totals[["detector", "level"]].values.tolist() == [["model", "alert"], ["zscore", "warning"],
+                                                             ["zscore", "critical"]]
+    assert totals["detected"].tolist() == [1, 1, 1] and totals["flagged_points"].iloc[0] == 1
+    assert done.stdout.splitlines()[-3].startswith("alert ")

@@ -72,3 +72,24 @@ def test_unreadable_table_exits_2_and_says_so_in_the_metrics(store, tmp_path):
     found = samples(metrics.read_text())
     assert found[("batchpredict_last_run_success", ())] == 0 and found[("batchpredict_last_run_exit_code", ())] == 2
     assert not (tmp_path / "a.csv").exists()
+
+
+def test_alerts_are_counted_where_the_alerting_stage_ran(store, tmp_path):
+    from conftest import BASE_IPS, series_for, wide_table, write_stds
+
+    write_stds(store, {ip: 60.0 for ip in BASE_IPS})  # wide bands: only the jump is critical
+    data = {ip: series_for(ip) for ip in BASE_IPS[:2]}
+    data[BASE_IPS[0]][35] += 1500  # a critical run: the fallback's alert (these series are too short)
+    table, out, prom = wide_table(tmp_path / "t.csv", data), tmp_path / "a.csv", tmp_path / "m.prom"
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--points", "8",
+                   "--metrics-file", prom)
+    assert done.returncode == 0, done.stderr
+    frame = read_out(out)
+    alerts = int((frame["alert"] == "true").sum())
+    assert alerts == 1 and (frame["alert_source"] == "severity").all()
+    assert samples(prom.read_text())[("batchpredict_alerts", ())] == alerts
+    assert ", 1 alerts in " in done.stderr
+    one = tmp_path / "one.csv"
+    run_cli("predict", "--data", table, "--models", store, "--out", one, "--metrics-file", prom)
+    assert ("batchpredict_alerts", ()) not in samples(prom.read_text())  # one point per IP: no alerting stage
+    assert "alert" not in read_out(one)

@@ -5,3 +5,4 @@ The modules import pandas; this file does not, so the command line can name the 
 from __future__ import annotations
 
 BASELINES = ("zscore",)  # detectors `evaluate --baseline` scores beside the model
+FLAGS = ("anomaly", "alert")  # what `evaluate --flags` judges: the seed's flags, or the alerting stage's

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .. import alerting
 from ..errors import UsageError
 from ..export import write_atomic, write_rows
 from ..inspection import format_table as aligned
@@ -19,12 +20,13 @@ from . import BASELINES
 from .baseline import zscore_points
 from .labels import NAT, Labels, parse_times, read_labels
 from .nab import STANDARD
-from .scoring import METRICS, TOTAL, WINDOW_COLUMNS, flags, place, score
+from .scoring import METRICS, TOTAL, WINDOW_COLUMNS, Scored, flags, place, score
 
 log = logging.getLogger("batchpredict")
 
 MODEL = "model"
 KEYS = ["detector", "threshold", "level"]
+ALERT = "alert"  # the level of the rows judging the alert column (--flags alert)
 
 
 @dataclass
@@ -45,20 +47,24 @@ def thresholds_of(sigmas: tuple[float, float] | None, sweep: list[float] | None)
 
 def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = None, sweep: list[float] | None = None,
              baseline: str | None = None, data: str | None = None, layout: str | None = None,
-             params: Params = Params(), after: str | None = None) -> Evaluation:
+             params: Params = Params(), after: str | None = None, judged: str = "anomaly") -> Evaluation:
     """Read the results and labels, score each detector at each threshold. UsageError for unusable input.
 
     `sigmas` default to the ones the results were made with (their band columns). With `after` (a table,
-    e.g. the one `train` read), only the points after each IP's last timestamp in it count.
+    e.g. the one `train` read), only the points after each IP's last timestamp in it count. `judged="alert"`
+    judges the results' alert column (level `alert`), a sweep its score (`params.alert` gives the rest
+    period), and the baseline at `sigmas`.
     """
     if baseline and baseline not in BASELINES:
         raise UsageError(f"no baseline {baseline!r}; choose from {', '.join(BASELINES)}")
     if baseline and not data:
         raise UsageError("--baseline needs --data, the table the results were predicted from")
     frame, made_with = read_results(results)
-    chosen = thresholds_of(sigmas or made_with, sweep)
+    if judged == ALERT and ALERT not in frame:
+        raise UsageError(f"{results} has no alert column: predict with --points N or --since, and --alert on")
+    chosen = thresholds_of(sigmas or made_with, None if judged == ALERT else sweep)
     warnings: list[str] = []
-    points = _scored_rows(frame, results, warnings)
+    points = _scored_rows(frame, results, warnings, judged == ALERT)
     if after:
         points = _after(points, read_table(after, layout), after, warnings)
     marks = read_labels(labels)
@@ -71,13 +77,18 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
         model = detectors[MODEL]
         detectors[baseline] = place(zscore_points(model.frame, table, Params(params.rolling, params.window,
                                                                           sigmas or made_with)), marks)
+    runs = [(name, value, level, scored) for value, level in chosen for name, scored in detectors.items()
+            if not (judged == ALERT and name == MODEL)]
+    if judged == ALERT:
+        model = detectors[MODEL]
+        runs = [(MODEL, value, ALERT, model) for value in (sweep or [math.nan])] + runs
     metrics, windows = [], []
-    for value, level in chosen:
-        for name, scored in detectors.items():
-            per_ip, per_window = score(scored, flags(scored, value))
-            keys = {"detector": name, "threshold": value, "level": level}
-            metrics.append(per_ip.assign(**keys)[KEYS + METRICS])
-            windows.append(per_window.assign(**keys)[KEYS + WINDOW_COLUMNS])
+    for name, value, level, scored in runs:
+        flagged = _alerts(scored, value, params.alert) if level == ALERT else flags(scored, value)
+        per_ip, per_window = score(scored, flagged)
+        keys = {"detector": name, "threshold": value, "level": level}
+        metrics.append(per_ip.assign(**keys)[KEYS + METRICS])
+        windows.append(per_window.assign(**keys)[KEYS + WINDOW_COLUMNS])
     for line in warnings:
         log.warning("evaluate: %s", line)
     return Evaluation(pd.concat(metrics, ignore_index=True), pd.concat(windows, ignore_index=True), warnings,
@@ -85,14 +96,32 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
                        **({"after": after} if after else {})}, unmatched)
 
 
-def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str]) -> pd.DataFrame:
+def _alerts(scored: Scored, threshold: float, method: str) -> np.ndarray:
+    """The alert column (threshold NaN), or the alerts the score gives at `threshold`: onsets of the points
+    at or above it (critical ones where the score fell back), with the method's rest period. A sweep sees only
+    the results' points, so an IP's first `rest` points may alert where predict, seeing the history, did not."""
+    frame = scored.frame
+    if math.isnan(threshold):
+        return (frame[ALERT] == "true").to_numpy()
+    found = alerting.parse(method)
+    if found is None or found.name != "likelihood":
+        raise UsageError(f"a sweep of the alert score needs --alert likelihood[:...], not {method!r}")
+    value = pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        trigger = np.where(np.isnan(value), (frame["severity"] == "critical").to_numpy(), value >= threshold)
+    starts = np.flatnonzero(np.diff(scored.code, prepend=-1))
+    return alerting.onsets(trigger, found.rest, np.repeat(starts, np.diff(np.append(starts, len(scored.code)))))
+
+
+def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str], alert: bool = False) -> pd.DataFrame:
     scored = (frame["status"] == Status.OK.value) & frame["predicted"].notna()
     if not scored.any():
         raise UsageError(f"{path} has no scored rows (status ok with a prediction) to evaluate")
     if not scored.all():
         warnings.append(f"{int((~scored).sum())} rows of {path} were not scored (status other than ok); "
                         f"left out")
-    return frame.loc[scored, ["ip", "timestamp", "observed", "predicted", "std", "severity"]].reset_index(drop=True)
+    columns = ["ip", "timestamp", "observed", "predicted", "std", "severity"] + [ALERT, "score"] * alert
+    return frame.loc[scored, columns].reset_index(drop=True)
 
 
 def _after(points: pd.DataFrame, table: list[Series], path: str, warnings: list[str]) -> pd.DataFrame:
@@ -151,6 +180,8 @@ def format_table(metrics: pd.DataFrame, totals_only: bool = False) -> str:
 
 
 def _threshold(value: float, level: str) -> str:
+    if level == ALERT:
+        return ALERT if math.isnan(value) else f"score {value:g}"
     return f"{value:g}σ" + (f" ({level})" if level else "")
 
 
