@@ -31,12 +31,12 @@ class Method:
     """`--alert METHOD[:key=value,...]`: `likelihood` (the default) or `severity` (onsets of critical runs)."""
 
     name: str
-    window: int = 2016      # residual scores the distribution is estimated from (a week of 5-minute buckets)
-    average: int = 6        # the short-term mean's length
-    centre: int = 288       # residuals whose median re-centres each one (absorbs a level shift in a day)
-    rest: int = 288         # a trigger this soon after another does not page again
-    threshold: float = 0.5  # on the score: 0.5 is a tail probability of 1e-5, Numenta's NAB threshold
-    floor: float = 0.5      # the least std of the residual scores, in store stds: a flat stretch cannot shrink it
+    window: int = 576        # residual scores the distribution is estimated from (2 days of 5-minute buckets)
+    average: int = 3         # the short-term mean's length
+    centre: int = 288        # residuals whose median re-centres each one (absorbs a level shift in a day)
+    rest: int = 96           # a trigger this soon after another does not page again (8 hours)
+    threshold: float = 0.35  # on the score: a tail probability of 10^-3.5 (Numenta's NAB threshold is 0.5, 1e-5)
+    floor: float = 0.5       # the least std of the residual scores, in store stds: a flat stretch cannot shrink it
 
     def history(self) -> int:
         """Points before a point that its alert depends on."""

@@ -32,7 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from batchpredict.alerting import parse
 from batchpredict.evaluation.nab import normalised
+from batchpredict.job import Params
 from batchpredict.inspection import format_table
 
 SCRIPTS = Path(__file__).resolve().parent
@@ -44,7 +46,7 @@ SWEEP = "2:10:0.5"
 ZSCORE = "zscore"
 SUMS = ["windows", "detected", "days", "false_alarm_points", "false_alarm_events", "nab_raw"]
 ALERT = "alert likelihood"  # the setting name of the alert score's sweep rows
-ALERT_DEFAULT = 0.5         # the default method's threshold on its score
+ALERT_DEFAULT = parse(Params.alert).threshold  # the default method's threshold on its score
 ALERT_BASELINE = "4.5,6"    # the z-score beside the alerts: its best at 16/18 windows, and the LSTM's 6σ
 
 

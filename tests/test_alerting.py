@@ -22,12 +22,12 @@ def run(residuals: np.ndarray, method: Method = DEFAULT, std: float = 1.0) -> tu
 
 
 def test_the_default_and_its_parameters():
-    assert DEFAULT.spec() == "likelihood:window=2016,average=6,centre=288,rest=288,threshold=0.5,floor=0.5"
+    assert DEFAULT.spec() == "likelihood:window=576,average=3,centre=288,rest=96,threshold=0.35,floor=0.5"
     assert parse(DEFAULT.spec()) == DEFAULT
     assert parse("none") is None
     assert parse("likelihood:rest=12,threshold=0.7") == Method("likelihood", rest=12, threshold=0.7)
     assert parse("severity:rest=3").history() == 3
-    assert HISTORY == 288 + 2016 + 288
+    assert HISTORY == 288 + 576 + 96
 
 
 @pytest.mark.parametrize("text", ["", "zscore", "none:1", "likelihood:window=0", "likelihood:window=2.5",
@@ -59,9 +59,9 @@ def test_a_level_shift_alerts_once_at_its_onset():
 
 
 def test_a_spike_alerts_once_and_the_noise_around_it_never():
-    """One point alone must lift the short-term mean of 6 past 4.26 stds of |noise| (0.8 +- 0.6): ~17."""
+    """One point alone must lift the short-term mean of 3 past 3.4 stds of |noise| (0.8 +- 0.6): ~9."""
     residuals = noise(4000, seed=1)
-    residuals[3500] += 20.0
+    residuals[3500] += 12.0
     alert, score, _ = run(residuals)
     assert alert.nonzero()[0].tolist() == [3500]
     assert 0.0 <= np.nanmin(score) and np.nanmax(score) <= 1.0
@@ -77,7 +77,7 @@ def test_the_floor_keeps_a_flat_stretch_from_alerting_on_a_blip():
     assert not run(residuals)[0].any()
     assert run(residuals, Method("likelihood", floor=1e-9))[0].nonzero()[0].tolist() == [4600]
     residuals[4800:4803] = 8.0
-    assert run(residuals)[0].nonzero()[0].tolist() == [4801]
+    assert run(residuals)[0].nonzero()[0].tolist() == [4800]
 
 
 def test_a_point_depends_only_on_the_history_before_it():

@@ -127,5 +127,8 @@ def test_a_whole_walkthrough_reuses_the_store_and_reports_the_2_fold_check(base_
     assert "--std rolling:96 --sigmas 3,6" in done.stdout
     assert (out / "eval-store.json").is_file() and (out / "eval-rolling96.json").is_file()
     fold_lines = done.stdout.split("2-fold check by host")[1].splitlines()
-    assert sum(line.startswith(("1 ", "2 ")) for line in fold_lines) == 4  # the LSTM and the z-score, each fold
+    assert (out / "eval-alert.json").is_file() and len(pd.read_csv(out / "sweep-alert.csv")) > 0
+    # The LSTM, the z-score and the alert score, each fold.
+    assert sum(line.startswith(("1 ", "2 ")) for line in fold_lines) == 6
+    assert sum(line.startswith("(") and walkthrough.ALERT in line for line in fold_lines) == 2
     assert "nab_walkthrough: done in" in done.stdout
