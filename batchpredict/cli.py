@@ -90,6 +90,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     add_log_options(parser)
 
 
+def add_trust_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trust-store", action="store_true",
+                        help="let the store's files run code: scaler pickles of any class (joblib), Keras Lambda "
+                             "layers. Without it they are a load_error naming what they would run")
+
+
 def add_engine_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINES, default="auto",
                         help="who computes the forward pass: auto (default: numpy wherever it supports the model, "
@@ -131,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "anomaly likelihood on the residuals; severity: onsets of critical runs; none: off)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     add_engine_option(predict)
+    add_trust_option(predict)
     predict.add_argument("--backend", default="local", help="local (default) or ray")
     predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
                          help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
@@ -203,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "timesteps, loading each model in a worker; no prediction")
     check.add_argument("--models", required=True, help="model store folder")
     add_engine_option(check)
+    add_trust_option(check)
     check.add_argument("--verify", action="store_true",
                        help="also run both engines on a few random windows per IP and report the largest difference")
     check.add_argument("--tolerance", type=positive_float, default=1e-5,
@@ -228,7 +236,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                              timeout=args.timeout, max_worker_memory_mib=args.max_worker_memory,
                                              retries=args.retries, backend=args.backend, resume=args.resume,
                                              layout=args.layout, ray_address=args.ray_address,
-                                             shard_size=args.shard_size, engine=args.engine),
+                                             shard_size=args.shard_size, engine=args.engine,
+                                             trust_store=args.trust_store),
                                   on_result=progress.update, on_start=progress.start)
     except BatchPredictError as exc:
         if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see
@@ -298,7 +307,8 @@ def cmd_store_check(args: argparse.Namespace) -> int:
 
     rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,
                                                max_worker_memory_mib=args.max_worker_memory, retries=args.retries,
-                                               engine=args.engine), verify=args.verify, window=args.window)
+                                               engine=args.engine, trust_store=args.trust_store),
+                             verify=args.verify, window=args.window)
     print(format_table(COLUMNS, report_rows(rows, args.window)))
     counts: dict[str, int] = {}
     for row in rows:
@@ -309,6 +319,8 @@ def cmd_store_check(args: argparse.Namespace) -> int:
         over = [row.ip for row in rows if row.max_diff is not None and row.max_diff > args.tolerance]
         verdict = (f"; verified {len(diffs)}, largest difference {max(diffs, default=0.0):.1e}, "
                    f"{len(over)} over {args.tolerance:g}" + (f": {', '.join(over[:10])}" if over else ""))
+    trusted = [row.ip for row in rows if "only with --trust-store" in row.error]
+    verdict += f"; {len(trusted)} need --trust-store: {', '.join(trusted[:10])}" if trusted else ""
     print(f"batchpredict store check: {len(rows)} IPs in {args.models}: {_counts(counts) or 'none found'}{verdict}",
           file=sys.stderr)
     return 0 if rows and counts.get("ok", 0) == len(rows) and not (args.verify and over) else 1

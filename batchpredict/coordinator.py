@@ -56,10 +56,12 @@ class Plan:
     `done` holds the journal's results of an earlier run (--resume): those IPs take them, run nothing.
     """
 
-    def __init__(self, table: Table, store: Store, params: Params, engine: str, rows: export.Rows) -> None:
+    def __init__(self, table: Table, store: Store, params: Params, engine: str, rows: export.Rows,
+                 trust: bool = False) -> None:
         if engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
+        self.trust = trust  # RunOptions.trust_store, for every job
         self.done: dict[str, Result] = {}
         self.running: dict[str, int] = {}  # IP -> table position of each job handed out and not finished
         self.jobs = 0      # handed out
@@ -134,7 +136,8 @@ class Plan:
         # The numpy engine reads files; a SavedModel directory goes straight to the TensorFlow pool.
         lean = self.engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
         return Job(series.ip, series.labels, series.values.tolist(), self.store.root, found.model, found.scaler,
-                   found.std, self.params, self.engine, "lean" if lean else "full", first=self.first(series))
+                   found.std, self.params, self.engine, "lean" if lean else "full", first=self.first(series),
+                   trust=self.trust)
 
 
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
@@ -173,15 +176,16 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
     started, cpu = time.monotonic(), time.process_time()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
+        if out:  # before anything is read: a second run on the same output exits 75 at once
+            stack.enter_context(Lock(out + ".lock"))
         store = Store(models)
         table = Table(data, options.layout)
         chunks = table.chunks()
         first = next(chunks)  # an unreadable or empty table stops the run before anything is written
         executor = make_executor(options)
-        plan = Plan(table, store, params, options.engine, rows)
+        plan = Plan(table, store, params, options.engine, rows, options.trust_store)
         journal = None
         if out:
-            stack.enter_context(Lock(out + ".lock"))
             settings = {"params": dataclasses.asdict(params), "layout": options.layout}
             journal = Journal(out + ".journal", fingerprint(data, models, settings))
             plan.done = journal.open(options.resume)
@@ -216,7 +220,8 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
         info = export.summary(rows.counts(), plan.jobs, time.monotonic() - started, peak_rss_mib(),
                               backend=executor.name, workers=options.workers,
                               jobs_per_worker=options.jobs_per_worker, engine=options.engine,
-                              skipped=plan.skipped, timings=_timings(plan, started, cpu), versions=versions())
+                              skipped=plan.skipped, last_label=table.last_label(),
+                              timings=_timings(plan, started, cpu), versions=versions())
         if out:
             rows.write_csv(out)
             if rows.keeps_events:

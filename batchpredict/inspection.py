@@ -49,6 +49,7 @@ class CheckTask:
     engine: str = "auto"
     verify: bool = False
     window: int = 20  # fed to a model with variable timesteps
+    trust: bool = False  # RunOptions.trust_store: joblib reads the scaler, Keras loads Lambda layers
 
     def failed(self, status: Status, error: str) -> CheckResult:
         return CheckResult(ip=self.ip, status=status, error=error, model=self.model, problems=[error])
@@ -73,7 +74,7 @@ def _inspect_model(task: CheckTask, result: CheckResult) -> None:
     path = os.path.join(task.store, task.model)
     fmt = describe(path)
     result.format, result.keras_version, result.runtime = fmt.kind, fmt.keras_version, fmt.runtime
-    loaded = load_model(path, task.engine)
+    loaded = load_model(path, task.engine, trust=task.trust)
     result.timesteps = "variable" if loaded.window is None else str(loaded.window)
     result.runtime = f"{fmt.runtime} {loaded.entry}".strip()
     result.engine = loaded.engine if loaded.engine == "numpy" or task.engine == "keras" else \
@@ -104,6 +105,9 @@ def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
     if not task.scaler:
         return
     path = os.path.join(task.store, task.scaler)
+    if not task.trust:
+        result.scaler = scalers.read_untrusted(path).note.split(": ", 1)[1]
+        return
     result.scaler = load_scaler(path).note.split(": ", 1)[1]
     try:
         scalers.load_scaler(path)
@@ -120,7 +124,7 @@ def check_store(models: str, options: RunOptions | None = None, verify: bool = F
     for ip in store.ips():
         rows[ip], task = _plan(store, ip)
         if task:
-            task.engine, task.verify, task.window = options.engine, verify, window
+            task.engine, task.verify, task.window, task.trust = options.engine, verify, window, options.trust_store
             tasks.append(task)
     for outcome in make_executor(options).run(inspect_artefacts, tasks):
         planned = rows[outcome.ip]

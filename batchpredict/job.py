@@ -68,6 +68,7 @@ class RunOptions:
     ray_address: str | None = None  # ray backend: None starts a local Ray; "auto" or "ray://host:10001" join one
     shard_size: int | None = None   # ray backend: IPs per Ray task; None sizes them from the cluster
     engine: str = "auto"            # one of ENGINES
+    trust_store: bool = False       # let store files run code: any pickle, Keras Lambda layers (--trust-store)
 
 
 @dataclass
@@ -154,6 +155,7 @@ class Job:
     pool: str = "lean"    # the forkserver it runs in: "lean" (numpy, no TensorFlow) or "full"
     notes: tuple[str, ...] = ()  # why it left the lean pool, for the debug log
     first: int = -1  # the index of the first point to score; negative counts from the end
+    trust: bool = False  # RunOptions.trust_store: the store's files may run code
 
     def start(self) -> int:
         """The index of the first point to score."""

@@ -111,14 +111,15 @@ def _saved_model_keras_version(path: str) -> str:
     return ""
 
 
-def load_model(path: str, engine: str = "auto", lean: bool = False) -> LoadedModel:
+def load_model(path: str, engine: str = "auto", lean: bool = False, trust: bool = False) -> LoadedModel:
     """The artefact as a predict function; JobError(load_error) saying what was tried otherwise.
 
     `auto` takes the numpy engine where it supports the model, else TensorFlow's runtimes; in a
-    `lean` process, which has none, a model the numpy engine cannot run raises Unsupported.
+    `lean` process, which has none, a model the numpy engine cannot run raises Unsupported. Keras
+    loads in its safe mode (no Lambda layer) unless the store is trusted.
     """
     if engine == "keras":
-        return _load_tf(path, describe(path))
+        return _load_tf(path, describe(path), trust)
     try:
         return _load_numpy(path)
     except Unsupported as exc:
@@ -129,7 +130,7 @@ def load_model(path: str, engine: str = "auto", lean: bool = False) -> LoadedMod
             raise JobError(Status.LOAD_ERROR, f"{os.path.basename(path)}: {fmt}: numpy engine: {exc} "
                                               "(--engine auto runs it with TensorFlow)") from None
         try:
-            loaded = _load_tf(path, fmt)
+            loaded = _load_tf(path, fmt, trust)
         except JobError as err:
             raise JobError(err.status, f"{err}; numpy engine: {exc}") from None
         loaded.note = f"; numpy engine: {exc}"
@@ -157,7 +158,7 @@ def _load_numpy(path: str) -> LoadedModel:
                        engine="numpy", note=f"; {model.describe()}")
 
 
-def _load_tf(path: str, fmt: ModelFormat) -> LoadedModel:
+def _load_tf(path: str, fmt: ModelFormat, trust: bool = False) -> LoadedModel:
     what = f"{os.path.basename(path)}: {fmt}"
     if fmt.keras_version.startswith("1."):
         raise JobError(Status.LOAD_ERROR, f"{what}: Keras 1.x file: no TensorFlow runtime reads it "
@@ -166,7 +167,7 @@ def _load_tf(path: str, fmt: ModelFormat) -> LoadedModel:
         if fmt.runtime == "tf.saved_model":
             predict, shape, entry = _load_saved_model(path)
         else:
-            (predict, shape), entry = _load_keras(path, fmt.runtime), ""
+            (predict, shape), entry = _load_keras(path, fmt.runtime, trust), ""
     except JobError as exc:
         raise JobError(exc.status, f"{what}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any loader failure is this IP's load_error
@@ -218,7 +219,7 @@ def _architecture(path: str) -> str:
     return ""
 
 
-def _load_keras(path: str, runtime: str) -> tuple[Callable, tuple]:
+def _load_keras(path: str, runtime: str, trust: bool = False) -> tuple[Callable, tuple]:
     if runtime == "tf_keras":
         import tf_keras as kx
     else:
@@ -239,9 +240,13 @@ def _load_keras(path: str, runtime: str) -> tuple[Callable, tuple]:
                     model = built.model
                     built.call = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
         if built is None:
-            # The store is trusted code (docs/design.md §1: its pickles run on load), so safe_mode would
-            # only refuse the Lambda layers some real models have, and protect nothing.
-            built = _Built(kx.models.load_model(path, compile=False, safe_mode=False))
+            try:
+                built = _Built(kx.models.load_model(path, compile=False, safe_mode=not trust))
+            except ValueError as exc:
+                if "safe_mode" not in str(exc):
+                    raise
+                raise JobError(Status.LOAD_ERROR, "a Lambda layer would run code from the store file; load it "
+                                                  "only with --trust-store") from None
             if key[1]:
                 _built[key] = built
     model = built.model

@@ -3,8 +3,9 @@
 A lean worker must not pay for importing scikit-learn (nor joblib), and must never run code from a
 store file. `sc/<ip>.save` is read here with a restricted unpickler: only the four common scalers,
 Pipelines of them, numpy arrays and joblib's array wrapper resolve; any other global is refused
-before anything is called. Whatever cannot be read this way raises `Unsupported`, and the job
-goes to the full path, where scikit-learn gives the real error if there is one.
+before anything is called. Whatever cannot be read this way raises `Unsupported`: a load_error
+that says so, unless the operator trusts the store (`--trust-store`), when the job goes to the full
+path and joblib reads it, running whatever it holds.
 
 transform and inverse_transform repeat scikit-learn's own operations, in its order, on the same
 dtypes, and raise its errors for the inputs a worker can pass, so their results are equal.
@@ -23,7 +24,8 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from .errors import Unsupported, first_line
+from .errors import JobError, Unsupported, first_line
+from .job import Status
 
 _LIMIT = 64 << 20  # a fitted scaler is a few kB; anything this large is left to the full path
 _FLOATS = (np.float64, np.float32, np.float16)  # what check_array keeps; any other dtype becomes the first
@@ -262,7 +264,7 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = _GLOBALS.get((module, name))
         if found is None:
-            raise Unsupported(f"pickle needs {module}.{name}, not one of the scalers read without scikit-learn")
+            raise Unsupported(f"pickle names {module}.{name}, not a known scaler")
         if found is _ArrayWrapper:  # one that reads the bytes joblib wrote after it, from this stream
             return type("NumpyArrayWrapper", (_ArrayWrapper,), {"stream": self.stream})
         return found
@@ -311,6 +313,14 @@ class LeanScaler:
 
     def inverse_transform(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.model.inverse_transform(rows), dtype=float)
+
+
+def read_untrusted(path: str) -> LeanScaler:
+    """load_scaler for a store nobody vouched for (no --trust-store): what it cannot read is a load_error."""
+    try:
+        return load_scaler(path)
+    except Unsupported as exc:
+        raise JobError(Status.LOAD_ERROR, f"{exc}; read it only with --trust-store") from None
 
 
 def load_scaler(path: str) -> LeanScaler:

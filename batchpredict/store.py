@@ -57,6 +57,11 @@ class Store:
         if len(models) > 1:
             raise JobError(Status.LOAD_ERROR, f"ambiguous model: {' and '.join(models)} both exist; keep one")
         if not models:
+            folder = self._models
+            odd = [name for name in (*(ip + s for s in MODEL_SUFFIXES), ip) if name in folder.dirs]
+            if odd:  # there, but not a model: worse than missing
+                what = "is a directory" if odd[0] != ip else f"is a directory without {SAVED_MODEL_FILE}"
+                raise JobError(Status.LOAD_ERROR, f"{folder.name}/{odd[0]} {what}, not a model")
             raise JobError(Status.NO_MODEL, f"no model in model/ ({ip}.h5, {ip}.keras or {ip}/saved_model.pb)")
         return models[0]
 
@@ -65,6 +70,8 @@ class Store:
         name = ip + ".save"
         self._scalers.check_inside(name)
         rel = os.path.join(self._scalers.name, name)
+        if name in self._scalers.dirs:
+            raise JobError(Status.LOAD_ERROR, f"{rel} is a directory, not a scaler file")
         if name not in self._scalers.files:
             raise JobError(Status.NO_MODEL, f"no scaler {rel}")
         return rel

@@ -92,6 +92,13 @@ class Table:
     def position(self, ip: str) -> int:
         return self._positions[ip]
 
+    def last_label(self) -> str | None:
+        """The table's latest bucket, as written: what the next run's --since takes. A wide table's last
+        column header; a long table's latest timestamp (ask once its series are read), None without one."""
+        if self.layout == "wide":
+            return self.labels[-1]
+        return self._points.last() if self._points else None
+
     def duplicate_problem(self, ip: str) -> str:
         lines = self.duplicates.get(ip)
         if not lines:
@@ -149,6 +156,12 @@ class LongPoints:
         """One chunk: (codes, uniques) of its IP and timestamp cells, uniques None where a cell is missing."""
         self._parts.append((_recode(self._ips, *ips), _recode(self._stamps, *stamps), values))
         self.rows += len(values)
+
+    def last(self) -> str | None:
+        """The timestamp latest in time order, None when no row has one."""
+        stamps = [(int(self._ranks[code]), label) for label, code in self._stamps.items()
+                  if label is not None and code < len(self._ranks)]
+        return max(stamps)[1] if stamps else None
 
     def rank(self, label: str) -> int | None:
         """The timestamp's rank in time order, None when no row has it."""

@@ -205,7 +205,7 @@ def every_status_run(base_store: Path, tmp_path_factory: pytest.TempPathFactory)
     table = wide_table(tmp / "stats.csv", data)
     out, metrics = tmp / "out" / "anomalies.csv", tmp / "out" / "batchpredict.prom"
     done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--metrics-file", metrics,
-                   "--timeout", "6", "--max-worker-memory", "1GiB", "--progress-interval", "0.5")
+                   "--trust-store", "--timeout", "6", "--max-worker-memory", "1GiB", "--progress-interval", "0.5")
     assert done.returncode == 1, done.stderr
     expected = {hang: "timeout", crash: "crashed", hog: "memory_exceeded", broken: "load_error", wrong: "error",
                 short: "insufficient_data", "192.0.2.99": "no_model", "../etc/passwd": "invalid_input",

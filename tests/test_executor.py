@@ -52,7 +52,8 @@ FAULTS = [
 def test_fault_table(store, table, tmp_path, clean_run, poison, args, status, fragment, engine):
     poison(store)
     out = tmp_path / "a.csv"
-    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--engine", engine, *args)
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--engine", engine, "--trust-store",
+                   *args)  # the poisons are pickles: they run in a trusted store only
     assert done.returncode == 1, done.stderr
     frame = read_out(out)
     assert list(frame["ip"]) == BASE_IPS
@@ -186,7 +187,7 @@ def test_ten_percent_poisoned_store_completes_with_every_row(tmp_path):
         write_scaler(store, ip, Poison(POISONS[kind]) if kind in POISONS else fitted_scaler(series_for(ip)))
     write_stds(store, {ip: 2.0 for ip in ips})
     table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})
-    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--timeout", "5",
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--trust-store", "--timeout", "5",
                    "--max-worker-memory", "1.2GiB", timeout=540)
     assert done.returncode == 1, done.stderr
     frame = read_out(tmp_path / "a.csv").set_index("ip")

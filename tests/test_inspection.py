@@ -2,8 +2,10 @@
 import json
 import shutil
 
+import joblib
 import pytest
 
+from batchpredict import RunOptions
 from batchpredict.inspection import COLUMNS, check_store
 from conftest import BROKEN, FORMATS, run_cli
 
@@ -54,7 +56,7 @@ def parse(stdout: str) -> dict[str, dict[str, str]]:
 
 
 def test_store_check_reports_every_ip_of_a_mixed_store(mixed_store):
-    done = run_cli("store", "check", "--models", mixed_store, "--workers", "2")
+    done = run_cli("store", "check", "--models", mixed_store, "--workers", "2", "--trust-store")
     assert done.returncode == 1, done.stderr
     rows = parse(done.stdout)
     assert set(rows) == set(EXPECTED) and set(FORMATS) | set(BROKEN) <= set(EXPECTED)
@@ -68,13 +70,13 @@ def test_store_check_reports_every_ip_of_a_mixed_store(mixed_store):
 
 
 def test_a_usable_store_checks_all_ok(usable_store):
-    rows = check_store(str(usable_store))
+    rows = check_store(str(usable_store), RunOptions(trust_store=True))
     assert [r.ip for r in rows] == sorted(FORMATS)
     assert all(r.status == "ok" and not r.error for r in rows), [r.error for r in rows]
 
 
 def test_store_check_says_which_engine_and_pool_each_ip_gets(mixed_store):
-    rows = {r.ip: r for r in check_store(str(mixed_store))}
+    rows = {r.ip: r for r in check_store(str(mixed_store), RunOptions(trust_store=True))}
     for ip in ("10.4.0.1", "10.4.0.3", "10.4.0.8"):
         assert (rows[ip].engine, rows[ip].pool) == ("numpy", "lean"), ip
     assert rows["10.4.0.2"].engine == "keras (numpy engine: layer Lambda 'lambda' is not supported by the numpy engine)"
@@ -94,7 +96,7 @@ def usable_store(formats_store, tmp_path):
 
 def test_verify_runs_both_engines_and_enforces_the_tolerance(usable_store):
     # float32 arithmetic in two implementations never agrees to 1e-12, and always to 1e-5
-    done = run_cli("store", "check", "--models", usable_store, "--verify", "--tolerance", "1e-12")
+    done = run_cli("store", "check", "--models", usable_store, "--verify", "--tolerance", "1e-12", "--trust-store")
     assert done.returncode == 1, done.stderr
     rows = parse(done.stdout)
     for ip in ("10.4.0.1", "10.4.0.3", "10.4.0.8"):
@@ -103,3 +105,22 @@ def test_verify_runs_both_engines_and_enforces_the_tolerance(usable_store):
     assert rows["10.4.0.2"]["verify"] == "keras only"
     assert "verified 3, largest difference " in done.stderr
     assert "3 over 1e-12: 10.4.0.1, 10.4.0.3, 10.4.0.8" in done.stderr, done.stderr
+
+
+def test_an_untrusted_store_check_names_what_a_trusted_run_would_need(usable_store):
+    """Without --trust-store the Lambda model is a load_error that says how to allow it, a scaler that
+    would run code is one naming its global, nothing runs, and the last line counts them."""
+    from conftest import Poison
+
+    marker = usable_store / "ran"
+    joblib.dump(Poison(f"open({str(marker)!r}, 'w')"), usable_store / "sc" / "10.4.0.1.save")
+    done = run_cli("store", "check", "--models", usable_store)
+    assert done.returncode == 1, done.stderr
+    rows = parse(done.stdout)
+    assert rows["10.4.0.2"]["status"] == "load_error"
+    assert "a Lambda layer would run code from the store file; load it only with --trust-store" in \
+        rows["10.4.0.2"]["problems"]
+    assert rows["10.4.0.1"]["status"] == "load_error" and rows["10.4.0.1"]["problems"] == (
+        "scaler 10.4.0.1.save: pickle names builtins.eval, not a known scaler; read it only with --trust-store")
+    assert not marker.exists()
+    assert "2 need --trust-store: 10.4.0.1, 10.4.0.2" in done.stderr, done.stderr

@@ -100,7 +100,7 @@ def test_second_run_on_same_output_exits_75_and_kill_9_then_resume(store, table,
     joblib.dump(Poison(POISONS["hang"]), store / "sc" / f"{BASE_IPS[-1]}.save")
     out = tmp_path / "a.csv"
     journal = Path(str(out) + ".journal")
-    first = start_cli("--data", table, "--models", store, "--out", out, "--timeout", "600")
+    first = start_cli("--data", table, "--models", store, "--out", out, "--timeout", "600", "--trust-store")
     wait_for(lambda: len(journal_results(journal)) >= 2)
     began = time.monotonic()
     second = run_cli("predict", "--data", table, "--models", store, "--out", out)
@@ -110,7 +110,8 @@ def test_second_run_on_same_output_exits_75_and_kill_9_then_resume(store, table,
     first.kill()
     first.wait(30)
     assert not psutil.wait_procs(descendants, timeout=15)[1]
-    resumed = run_cli("predict", "--data", table, "--models", store, "--out", out, "--resume", "--timeout", "3")
+    resumed = run_cli("predict", "--data", table, "--models", store, "--out", out, "--resume", "--timeout", "3",
+                      "--trust-store")
     assert resumed.returncode == 1, resumed.stderr
     frame = read_out(out)
     assert list(frame["ip"]) == BASE_IPS
@@ -141,3 +142,51 @@ def test_a_points_run_resumed_mid_way_writes_the_uninterrupted_runs_csv(store, t
     pd.testing.assert_frame_equal(frame.drop(columns=TIMING), read_out(reference).drop(columns=TIMING))
     events = Path(str(out) + ".events.csv").read_text()  # the resumed IPs' points from the journal included
     assert events == Path(str(reference) + ".events.csv").read_text() and events.count("\n") > 2
+
+
+@pytest.mark.slow
+def test_the_lock_is_taken_before_the_table_is_read(store, tmp_path):
+    """A long table of a million rows is read whole before its first job; a second run on the same output
+    exits 75 while the first is still reading it (its journal, made once the table is read, not there)."""
+    import numpy as np
+
+    rows = 1_000_000
+    ips = np.array([f"10.7.{i // 256 % 256}.{i % 256}" for i in range(rows // 100)])
+    table = tmp_path / "long.csv"
+    with open(table, "w") as fh:
+        fh.write("ip,timestamp,value\n")
+        stamps = np.arange(100)
+        for ip in ips:
+            fh.write("".join(f"{ip},{t},{t % 7}\n" for t in stamps))
+    out = tmp_path / "a.csv"
+    first = start_cli("--data", table, "--models", store, "--out", out)
+    try:
+        wait_for(lambda: Path(str(out) + ".lock").exists() and Path(str(out) + ".lock").read_text().strip() ==
+                 str(first.pid), timeout=30)
+        began = time.monotonic()
+        second = run_cli("predict", "--data", table, "--models", store, "--out", out)
+        took = time.monotonic() - began
+        assert second.returncode == 75 and "another run holds" in second.stderr, second.stderr
+        assert first.poll() is None and not Path(str(out) + ".journal").exists(), "the first run read it already"
+        assert took < 10, took  # a fresh interpreter's imports, not the table (make bench measures speed)
+    finally:
+        first.kill()
+        first.wait(30)
+
+
+@pytest.mark.parametrize("layout", ["wide", "long"])
+def test_the_summary_names_the_last_label_for_the_next_since(base_store, tmp_path, layout):
+    from conftest import series_for, wide_table
+
+    data = {ip: series_for(ip) for ip in BASE_IPS[:2]}
+    if layout == "wide":
+        table, last = wide_table(tmp_path / "t.csv", data), "t039"
+    else:  # rows out of order, the latest one in the middle, a bucket only one IP has
+        lines = [f"{ip},2024-01-{1 + t // 24:02d} {t % 24:02d}:00,{v}" for ip, values in data.items()
+                 for t, v in enumerate(values)]
+        lines.insert(5, f"{BASE_IPS[0]},2024-01-02 17:00,3.0")
+        table, last = tmp_path / "t.csv", "2024-01-02 17:00"
+        table.write_text("ip,timestamp,value\n" + "\n".join(reversed(lines)) + "\n")
+    out = tmp_path / "a.csv"
+    predict_table(str(table), str(base_store), str(out))
+    assert json.loads(Path(str(out) + ".summary.json").read_text())["last_label"] == last

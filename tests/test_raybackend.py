@@ -95,7 +95,8 @@ def comparable(frame: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.timeout(400)
 def test_ray_csv_equals_local_on_every_status(store, tmp_path):
     table = mixed_store(store, tmp_path)
-    limits = ["--timeout", "4", "--max-worker-memory", "1GiB", "--points", "3"]  # results of several rows
+    limits = ["--timeout", "4", "--max-worker-memory", "1GiB", "--points", "3",  # results of several rows
+              "--trust-store"]  # the poisons are pickles
     local = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "local.csv", *limits)
     ray = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "ray.csv", *limits,
                   "--backend", "ray", "--workers", "1", "--shard-size", "6")
@@ -117,7 +118,7 @@ def test_shard_whose_ray_worker_dies_is_retried_once_then_crashed(store, table, 
         shutil.copy(store / "sc" / f"{ip}.save", tmp_path / f"{ip}.real")
         joblib.dump(Poison(kill_ray_worker(str(tmp_path / f"{ip}.real"), marker)), store / "sc" / f"{ip}.save")
     done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--backend", "ray",
-                   "--workers", "1", "--shard-size", "6")
+                   "--workers", "1", "--shard-size", "6", "--trust-store")
     assert done.returncode == 1, done.stderr
     assert len(re.findall(r"shard of 6 IPs from \S+ lost, retrying: Ray shard failed: WorkerCrashedError",
                           done.stderr)) == 2
@@ -181,7 +182,7 @@ def test_sigterm_keeps_the_journal_and_leaves_no_process(store, table, tmp_path)
             "from batchpredict.cli import main; sys.exit(main(sys.argv[1:]))")
     with open(output, "w") as sink:
         proc = subprocess.Popen([sys.executable, "-c", code, "predict", "--data", str(table), "--models", str(store),
-                                 "--out", str(out), "--backend", "ray", "--workers", "1"],
+                                 "--out", str(out), "--backend", "ray", "--workers", "1", "--trust-store"],
                                 stdout=sink, stderr=subprocess.STDOUT)
     descendants: list[psutil.Process] = []
 

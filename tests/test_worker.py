@@ -6,7 +6,7 @@ import shutil
 import joblib
 import pytest
 
-from batchpredict import predict_table
+from batchpredict import RunOptions, predict_table
 from batchpredict.coordinator import Plan
 from batchpredict.executor import LocalExecutor
 from batchpredict.export import Rows
@@ -41,20 +41,29 @@ def test_the_tensorflow_pool_has_tensorflow(base_store, tmp_path):
     assert "tensorflow" in result.debug[-1] and "sklearn" in result.debug[-1]
 
 
-def test_a_pickle_that_would_run_code_runs_only_in_the_tensorflow_pool(store, tmp_path):
-    """The lean unpickler refuses it before anything runs; the TensorFlow pool, which trusts the
-    store, runs it once. The pickle writes down whether TensorFlow was loaded where it ran."""
+@pytest.mark.parametrize("trusted", [False, True])
+def test_a_pickle_that_would_run_code_runs_only_with_trust_store_and_in_the_tensorflow_pool(store, tmp_path, trusted):
+    """Without --trust-store the restricted unpickler refuses it before anything runs, in either pool,
+    and the row names the global. With it, the lean pool still refuses it and the TensorFlow pool runs
+    it once; the pickle writes down whether TensorFlow was loaded where it ran."""
     victim, marker = BASE_IPS[2], tmp_path / "ran-in"
     code = f"open({str(marker)!r}, 'a').write(str('tensorflow' in __import__('sys').modules) + ' ')"
     joblib.dump(Poison(code), store / "sc" / f"{victim}.save")
     table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BASE_IPS[:4]})
-    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "-v")
-    assert done.returncode == 1, done.stderr  # the pickle returns a number, not a scaler: load_error
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "-v",
+                   *["--trust-store"] * trusted)
+    assert done.returncode == 1, done.stderr
     frame = read_out(tmp_path / "a.csv").set_index("ip")
-    assert frame.loc[victim, "status"] == "load_error" and "is a int" in frame.loc[victim, "error"]
-    assert marker.read_text() == "True "
-    assert f"{victim}: scaler {victim}.save: pickle needs builtins.eval" in done.stderr
+    assert frame.loc[victim, "status"] == "load_error"
     assert (frame.drop(victim)["status"] == "ok").all()
+    if not trusted:
+        assert frame.loc[victim, "error"] == (f"scaler {victim}.save: pickle names builtins.eval, not a known "
+                                              "scaler; read it only with --trust-store")
+        assert not marker.exists()
+        return
+    assert "is a int" in frame.loc[victim, "error"]  # the pickle returns a number, not a scaler
+    assert marker.read_text() == "True "
+    assert f"{victim}: scaler {victim}.save: pickle names builtins.eval" in done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +79,14 @@ def lambda_store(formats_store, tmp_path_factory):
     return store, wide_table(store.parent / "t.csv", {ip: series_for(ip)})
 
 
-def test_an_unsupported_layer_runs_with_keras_under_auto(lambda_store):
+def test_a_lambda_layer_runs_with_keras_under_auto_only_in_a_trusted_store(lambda_store):
     store, table = lambda_store
-    frame = predict_table(str(table), str(store))
+    frame = predict_table(str(table), str(store), options=RunOptions(trust_store=True))
     assert frame["status"].tolist() == ["ok"] and frame.attrs["summary"]["engines"] == {"keras": 1}
+    [row] = predict_table(str(table), str(store)).itertuples()
+    assert row.status == "load_error" and row.error.startswith("10.4.0.2.keras: keras keras_version=3.")
+    assert ": a Lambda layer would run code from the store file; load it only with --trust-store; numpy engine: " \
+           "layer Lambda 'lambda' is not supported" in row.error, row.error
 
 
 def test_an_unsupported_layer_is_a_load_error_under_engine_numpy(lambda_store, tmp_path):
@@ -94,6 +107,6 @@ def test_engine_keras_and_savedmodels_are_planned_for_the_tensorflow_pool(format
 
 def test_a_rerouted_job_keeps_why_for_the_debug_log(base_store, tmp_path):
     [job] = jobs_of(base_store, tmp_path, BASE_IPS[:1])
-    moved = job.rerouted("10.1.0.1: scaler x.save: pickle needs os.system")
+    moved = job.rerouted("10.1.0.1: scaler x.save: pickle names os.system")
     assert (moved.pool, moved.notes, dataclasses.replace(moved, pool="lean", notes=())) == \
-        ("full", ("10.1.0.1: scaler x.save: pickle needs os.system",), job)
+        ("full", ("10.1.0.1: scaler x.save: pickle names os.system",), job)
