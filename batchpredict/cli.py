@@ -138,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     add_engine_option(predict)
     add_trust_option(predict)
+    predict.add_argument("--allow-unsealed", action="store_true",
+                         help="a store with a manifest.json may hold IPs it does not list (they run unchecked)")
     predict.add_argument("--backend", default="local", help="local (default) or ray")
     predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
                          help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
@@ -217,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--verify: exit 1 when max |numpy - keras| / max |keras| exceeds it (default 1e-5)")
     add_run_options(check)
     check.set_defaults(func=cmd_store_check)
+    seal = store_commands.add_parser("seal", help="write <store>/manifest.json: the sha256 and size of every IP's "
+                                                  "files and std, checked by every later run before it reads them")
+    seal.add_argument("--models", required=True, help="model store folder")
+    add_log_options(seal)
+    seal.set_defaults(func=cmd_store_seal)
     return parser
 
 
@@ -237,7 +244,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                              retries=args.retries, backend=args.backend, resume=args.resume,
                                              layout=args.layout, ray_address=args.ray_address,
                                              shard_size=args.shard_size, engine=args.engine,
-                                             trust_store=args.trust_store),
+                                             trust_store=args.trust_store, allow_unsealed=args.allow_unsealed),
                                   on_result=progress.update, on_start=progress.start)
     except BatchPredictError as exc:
         if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see
@@ -324,6 +331,21 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     print(f"batchpredict store check: {len(rows)} IPs in {args.models}: {_counts(counts) or 'none found'}{verdict}",
           file=sys.stderr)
     return 0 if rows and counts.get("ok", 0) == len(rows) and not (args.verify and over) else 1
+
+
+def cmd_store_seal(args: argparse.Namespace) -> int:
+    from . import manifest
+    from .store import Store
+
+    store = Store(args.models)
+    entries, skipped = store.seal()
+    path = manifest.write(store.root, entries)
+    for ip, why in skipped.items():
+        log.warning("%s: not sealed: %s", ip, why)
+    logs.final.info(f"batchpredict store seal: {len(entries)} IPs -> {path}"
+                    + (f"; {len(skipped)} without all their artefacts not sealed" if skipped else ""),
+                    extra={"fields": {"event": "seal", "ips": len(entries), "skipped": len(skipped)}})
+    return 0
 
 
 def _counts(counts: dict[str, int]) -> str:

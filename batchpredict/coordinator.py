@@ -57,11 +57,11 @@ class Plan:
     """
 
     def __init__(self, table: Table, store: Store, params: Params, engine: str, rows: export.Rows,
-                 trust: bool = False) -> None:
+                 trust: bool = False, allow_unsealed: bool = False) -> None:
         if engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
-        self.trust = trust  # RunOptions.trust_store, for every job
+        self.trust, self.allow_unsealed = trust, allow_unsealed  # RunOptions', for every job
         self.done: dict[str, Result] = {}
         self.running: dict[str, int] = {}  # IP -> table position of each job handed out and not finished
         self.jobs = 0      # handed out
@@ -131,13 +131,14 @@ class Plan:
         if series.problem:
             self._check_problem(series)
         found = self.store.artefacts(series.ip)
+        sealed = self.store.sealed(series.ip, self.allow_unsealed)
         if np.isnan(series.values).all():  # no process needed to say so
             raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
         # The numpy engine reads files; a SavedModel directory goes straight to the TensorFlow pool.
         lean = self.engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
         return Job(series.ip, series.labels, series.values.tolist(), self.store.root, found.model, found.scaler,
                    found.std, self.params, self.engine, "lean" if lean else "full", first=self.first(series),
-                   trust=self.trust)
+                   trust=self.trust, sealed=sealed)
 
 
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
@@ -183,7 +184,7 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
         chunks = table.chunks()
         first = next(chunks)  # an unreadable or empty table stops the run before anything is written
         executor = make_executor(options)
-        plan = Plan(table, store, params, options.engine, rows, options.trust_store)
+        plan = Plan(table, store, params, options.engine, rows, options.trust_store, options.allow_unsealed)
         journal = None
         if out:
             settings = {"params": dataclasses.asdict(params), "layout": options.layout}

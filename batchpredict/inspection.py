@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import make_executor
-from . import scalers
+from . import manifest, scalers
 from .errors import JobError, Unsupported, first_line
 from .job import Outcome, RunOptions, Status
 from .loading import LoadedModel, describe, load_model, load_scaler
@@ -50,6 +50,8 @@ class CheckTask:
     verify: bool = False
     window: int = 20  # fed to a model with variable timesteps
     trust: bool = False  # RunOptions.trust_store: joblib reads the scaler, Keras loads Lambda layers
+    sealed: dict | None = None  # the IP's manifest.json entry
+    std: float | None = None
 
     def failed(self, status: Status, error: str) -> CheckResult:
         return CheckResult(ip=self.ip, status=status, error=error, model=self.model, problems=[error])
@@ -58,7 +60,7 @@ class CheckTask:
 def inspect_artefacts(task: CheckTask) -> CheckResult:
     """Runs in the worker: describe and load the model and the scaler. Never raises."""
     result = CheckResult(ip=task.ip, model=task.model)
-    for step in (_inspect_scaler, _inspect_model):  # the scaler's reason for the TF pool comes first
+    for step in (_inspect_seal, _inspect_scaler, _inspect_model):  # the scaler's reason for the TF pool comes first
         try:
             step(task, result)
         except JobError as exc:
@@ -68,6 +70,11 @@ def inspect_artefacts(task: CheckTask) -> CheckResult:
     if result.problems:
         result.status = Status.LOAD_ERROR
     return result
+
+
+def _inspect_seal(task: CheckTask, result: CheckResult) -> None:
+    if task.sealed and task.std is not None and task.scaler:
+        manifest.check(task.store, task.sealed, task.model, task.scaler, task.std)
 
 
 def _inspect_model(task: CheckTask, result: CheckResult) -> None:
@@ -146,7 +153,8 @@ def _plan(store: Store, ip: str) -> tuple[CheckResult, CheckTask | None]:
         row.status, row.problems = Status(exc.status), [str(exc)]
         return row, None
     found, statuses = {}, []
-    for name, lookup in (("model", store.model), ("scaler", store.scaler), ("std", store.std)):
+    for name, lookup in (("model", store.model), ("scaler", store.scaler), ("std", store.std),
+                         ("sealed", store.sealed)):
         try:
             found[name] = lookup(ip)
         except JobError as exc:
@@ -156,7 +164,8 @@ def _plan(store: Store, ip: str) -> tuple[CheckResult, CheckTask | None]:
     row.status = next((s for s in (Status.INVALID_INPUT, Status.LOAD_ERROR, Status.NO_MODEL) if s in statuses),
                       Status.OK)
     row.model = found.get("model", "")
-    return row, CheckTask(ip, store.root, row.model, found.get("scaler")) if row.model else None
+    task = CheckTask(ip, store.root, row.model, found.get("scaler"), sealed=found.get("sealed"), std=found.get("std"))
+    return row, task if row.model else None
 
 
 def report_rows(rows: list[CheckResult], window: int) -> list[list[str]]:

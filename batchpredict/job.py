@@ -69,6 +69,7 @@ class RunOptions:
     shard_size: int | None = None   # ray backend: IPs per Ray task; None sizes them from the cluster
     engine: str = "auto"            # one of ENGINES
     trust_store: bool = False       # let store files run code: any pickle, Keras Lambda layers (--trust-store)
+    allow_unsealed: bool = False    # a store with a manifest.json may have IPs it does not list
 
 
 @dataclass
@@ -156,6 +157,7 @@ class Job:
     notes: tuple[str, ...] = ()  # why it left the lean pool, for the debug log
     first: int = -1  # the index of the first point to score; negative counts from the end
     trust: bool = False  # RunOptions.trust_store: the store's files may run code
+    sealed: dict | None = None  # the IP's manifest.json entry, checked before its files are read
 
     def start(self) -> int:
         """The index of the first point to score."""

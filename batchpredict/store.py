@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from . import manifest
 from .errors import JobError, UsageError
 from .job import Status
 
@@ -30,6 +31,7 @@ class Store:
             raise UsageError(f"model store not found: {root}")
         self.root = os.path.realpath(root)
         self.stds = _read_stds(os.path.join(self.root, "std", "std.json"))
+        self.manifest = manifest.read(self.root)  # entries by IP; None: the store has no manifest.json
         self._models = _Folder(self.root, "model")
         self._scalers = _Folder(self.root, "sc")
 
@@ -76,6 +78,17 @@ class Store:
             raise JobError(Status.NO_MODEL, f"no scaler {rel}")
         return rel
 
+    def sealed(self, ip: str, allow_unsealed: bool = False) -> dict | None:
+        """The IP's manifest entry: None without a manifest (or, allowed, where it does not list the IP);
+        JobError(load_error) when a manifest exists and does not list it."""
+        if self.manifest is None:
+            return None
+        found = self.manifest.get(ip)
+        if found is None and not allow_unsealed:
+            raise JobError(Status.LOAD_ERROR, f"not in {manifest.FILE}: seal the store (batchpredict store seal "
+                                              "--models DIR) or pass --allow-unsealed")
+        return found
+
     def std(self, ip: str) -> float:
         """The IP's std.json entry, or JobError: no_model when missing, load_error when not a number."""
         if ip not in self.stds:
@@ -89,6 +102,20 @@ class Store:
         """The IP's artefacts, or JobError with the row's status (invalid_input, no_model, load_error)."""
         self.check_ip(ip)
         return Artefacts(self.model(ip), self.scaler(ip), self.std(ip))
+
+    def seal(self, skip: set[str] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
+        """Manifest entries of every IP with all its artefacts (but those in `skip`), and why the rest have none."""
+        entries, skipped = {}, {}
+        for ip in self.ips():
+            if skip and ip in skip:
+                continue
+            try:
+                found = self.artefacts(ip)
+            except JobError as exc:
+                skipped[ip] = str(exc)
+                continue
+            entries[ip] = manifest.entry(self.root, found.model, found.scaler, found.std)
+        return entries, skipped
 
     def ips(self) -> list[str]:
         """Every id the store mentions: model/ entries, sc/*.save and std.json keys, sorted."""

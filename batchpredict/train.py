@@ -10,6 +10,7 @@ import csv
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -18,12 +19,15 @@ from typing import Iterator
 
 import numpy as np
 
+from . import manifest
 from .errors import JobError, UsageError, first_line
 from .export import write_atomic, write_rows
 from .features import rolling_series
 from .job import Outcome, Params, RunOptions, Status
 from .store import MODEL_SUFFIXES, Store
 from .table import read_table
+
+log = logging.getLogger("batchpredict")
 
 FORMATS = ("h5", "keras", "savedmodel")
 REPORT_COLUMNS = ["ip", "status", "error", "model", "epochs", "train_loss", "holdout_loss", "std", "duration_ms",
@@ -37,6 +41,7 @@ class TrainResult(Outcome):
     train_loss: float | None = None
     holdout_loss: float | None = None
     std: float | None = None
+    sealed: dict | None = None  # its manifest.json entry, hashed in the worker once the files are written
 
 
 @dataclass
@@ -118,12 +123,14 @@ def _train(job: TrainJob) -> TrainResult:
     plain = architecture(window)
     plain.set_weights(model.get_weights())
     relative = _save_model(plain, job)
-    _save_scaler(scaler, os.path.join(job.store, "sc", job.ip + ".save"))
+    scaler_path = os.path.join("sc", job.ip + ".save")
+    _save_scaler(scaler, os.path.join(job.store, scaler_path))
     merge_stds(job.store, {job.ip: std})
     losses = history.history
     best = int(np.argmin(losses["val_loss"]))
     return TrainResult(ip=job.ip, model=relative, epochs=len(losses["loss"]), train_loss=float(losses["loss"][best]),
-                       holdout_loss=float(losses["val_loss"][best]), std=std)
+                       holdout_loss=float(losses["val_loss"][best]), std=std,
+                       sealed=manifest.entry(job.store, relative, scaler_path, std))
 
 
 def _save_model(model, job: TrainJob) -> str:  # noqa: ANN001
@@ -233,6 +240,14 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
         results[outcome.ip] = outcome
     ordered = [results[s.ip] for s in table if s.ip in results]
     write_report(ordered, os.path.join(models, "train_report.csv"))
+    sealed = {r.ip: r.sealed for r in ordered if r.status is Status.OK and r.sealed}
+    if sealed and store.manifest is None:  # a first manifest lists the IPs trained before too, as they are
+        before, _ = store.seal(skip=set(sealed))
+        if before:
+            log.info("train: %s also lists %d IPs this run did not train, as found", manifest.FILE, len(before))
+        sealed = {**before, **sealed}
+    if sealed:  # with a manifest there already, the entries of IPs this run did not train stay as they were
+        manifest.write(store.root, sealed, keep=True)
     return ordered
 
 

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from . import alerting, loading, scalers
+from . import alerting, loading, manifest, scalers
 from .anomaly import assess, point_stds, std_mode
 from .errors import JobError, Unsupported, first_line
 from .features import scored_windows
@@ -34,6 +34,8 @@ def run_job(job: Job) -> Result:
 def _score(job: Job, result: Result) -> None:
     params = job.params
     result.debug += [f"{note}; run in the TensorFlow pool" for note in job.notes]
+    if job.sealed:  # before anything of the IP's is read
+        manifest.check(job.store, job.sealed, job.model, job.scaler, job.std)
     path = os.path.join(job.store, job.scaler)
     # joblib, which runs whatever a pickle holds, only for a trusted store and only in the TensorFlow pool.
     scaler = (scalers.load_scaler if LEAN else loading.load_scaler)(path) if job.trust else scalers.read_untrusted(path)

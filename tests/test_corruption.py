@@ -6,7 +6,6 @@ no code in any file runs (the pickles that would run code would create a marker 
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import pickle

@@ -47,6 +47,19 @@ def test_trained_store_predicts_ok_and_beats_naive(trained):
     done = run_cli("predict", "--data", table, "--models", store, "--out", tmp / "a.csv")
     assert done.returncode == 0, done.stderr
     assert (read_out(tmp / "a.csv")["status"] == "ok").all()
+    from batchpredict import manifest  # train sealed what it wrote: a byte changed since is a mismatch
+    assert sorted(manifest.read(str(store))) == sorted(IPS)
+    model = next((store / "model").glob(f"{IPS[0]}.*"))
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    original = model.read_bytes()
+    model.write_bytes(bytes(data))
+    try:
+        done = run_cli("predict", "--data", table, "--models", store, "--out", tmp / "b.csv")
+    finally:
+        model.write_bytes(original)
+    flipped = read_out(tmp / "b.csv").set_index("ip").loc[IPS[0]]
+    assert done.returncode == 1 and flipped["error"].startswith(f"checksum mismatch: {model.relative_to(store)}")
     for row in report.itertuples():
         scaler = joblib.load(store / "sc" / f"{row.ip}.save")
         scaled = scaler.transform(rolling_series(sine(row.ip), 5).reshape(-1, 1)).ravel()
