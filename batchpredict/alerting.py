@@ -140,8 +140,5 @@ def _stats_before(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _mean_ending(values: np.ndarray, count: int) -> np.ndarray:
-    """Per point, the mean of up to `count` values ending at it."""
-    index = np.arange(len(values))
-    sums = np.concatenate([[0.0], np.cumsum(values)])
-    start = np.maximum(index + 1 - count, 0)
-    return (sums[index + 1] - sums[start]) / (index + 1 - start)
+    """Per point, the mean of up to `count` values ending at it: those before the point after it."""
+    return _stats_before(np.append(values, 0.0), count)[0][1:]

@@ -10,6 +10,11 @@ import pandas as pd
 from .job import Severity
 
 EVENT_COLUMNS = ["ip", "start", "end", "points", "peak_severity", "peak_sigma", "open"]
+
+
+def event_names(alert: bool) -> list[str]:
+    """The events file's columns: EVENT_COLUMNS, and `alerts` where the alerting stage runs."""
+    return EVENT_COLUMNS + ["alerts"] * alert
 RANK = {Severity.NORMAL.value: 0, Severity.WARNING.value: 1, Severity.CRITICAL.value: 2}
 _BY_RANK = np.array([Severity.NORMAL.value, Severity.WARNING.value, Severity.CRITICAL.value], dtype=object)
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from .events import EVENT_COLUMNS, RANK, collapse, distance, event_columns
+from .events import RANK, collapse, distance, event_columns, event_names
 from .job import Point, Result, Status
 
 
@@ -72,9 +72,8 @@ def result_events(result: Result, alert: bool = False) -> list[list[Any]]:
                           np.array([RANK[p.severity.value] for p in points]), distance(observed, predicted, std),
                           np.array([p.anomaly for p in points]),
                           np.array([bool(p.alert) for p in points]) if alert else None)
-    names = EVENT_COLUMNS + ["alerts"] * alert
     return [[("true" if cell else "false") if isinstance(cell, bool) else cell for cell in cells]
-            for cells in zip(*(found[c].tolist() for c in names))]
+            for cells in zip(*(found[c].tolist() for c in event_names(alert)))]
 
 
 def write_rows(path: str, header: list[str], rows: list[list[Any]]) -> None:
@@ -116,7 +115,7 @@ class Rows:
     def __init__(self, sigmas: tuple[float, float], cells: bool = False, std_source: bool = False,
                  events: bool = False, alert: bool = False) -> None:
         self.header = columns(sigmas, std_source, alert)
-        self.events_header = EVENT_COLUMNS + ["alerts"] * alert
+        self.events_header = event_names(alert)
         self._std_source, self.keeps_events, self._alert = std_source, events, alert
         self._cells = cells
         self._rows: list[Any] = []    # per position: CSV text, or the list of cell rows
