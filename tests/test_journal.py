@@ -76,12 +76,18 @@ def test_lock_is_exclusive_and_never_stale(tmp_path):
 
 
 def test_sigterm_mid_run_then_resume(store, tmp_path, clean_run):
+    """The last IP's scaler hangs in the first run (a trusted pickle), so the run is still going when the
+    signal comes however fast the others are; the resumed run reads the real scaler again."""
     table, out = clean_run.table, tmp_path / "a.csv"
     journal = Path(str(out) + ".journal")
-    run = start_cli("--data", table, "--models", store, "--out", out, "--workers", "1")
+    scaler = store / "sc" / f"{BASE_IPS[-1]}.save"
+    real = scaler.read_bytes()
+    joblib.dump(Poison(POISONS["hang"]), scaler)
+    run = start_cli("--data", table, "--models", store, "--out", out, "--workers", "1", "--trust-store")
     wait_for(lambda: len(journal_results(journal)) >= 3)
     run.send_signal(signal.SIGTERM)
     _, stderr = run.communicate(timeout=60)
+    scaler.write_bytes(real)
     assert run.returncode == 128 + signal.SIGTERM, stderr
     assert "--resume" in stderr and not out.exists()
     first = {r["ip"] for r in journal_results(journal)}
