@@ -145,7 +145,8 @@ def test_no_worker_outlives_a_killed_coordinator(store, table, tmp_path):
     import sys
 
     proc = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--data", str(table), "--models",
-                             str(store), "--out", str(tmp_path / "a.csv"), "--workers", "2"],
+                             str(store), "--out", str(tmp_path / "a.csv"), "--workers", "2",
+                             "--trust-store"],  # the hanging pickle runs in a trusted store only
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     coordinator = psutil.Process(proc.pid)
     deadline = time.monotonic() + 60
