@@ -1,6 +1,6 @@
 """batchpredict: nightly per-IP LSTM anomaly scoring, one isolated worker process per job.
 
-The public API is imported on first use: a worker process imports `batchpredict.worker`, and
+The public API is imported on first use: a worker process imports `batchpredict.scoring.prediction`, and
 with it this file, and must not pay for pandas, matplotlib or prometheus_client it never uses.
 """
 from __future__ import annotations
@@ -9,9 +9,9 @@ from importlib import import_module
 from typing import Any
 
 _PUBLIC = {
-    "predict_table": "coordinator", "build_report": "report", "write_metrics": "metrics",
-    "RunOptions": "job", "Params": "job", "Job": "job", "Outcome": "job", "Result": "job", "Point": "job",
-    "Status": "job", "Severity": "job", "BatchPredictError": "errors", "UsageError": "errors", "LockHeld": "errors",
+    "predict_table": "commands.predict", "build_report": "commands.report", "write_metrics": "metrics",
+    "RunOptions": "job", "Params": "job", "Job": "job", "Outcome": "result", "Result": "result", "Point": "result",
+    "Status": "result", "Severity": "result", "BatchPredictError": "errors", "UsageError": "errors", "LockHeld": "errors",
     "Interrupted": "errors", "JobError": "errors", "Unsupported": "errors",
 }
 __all__ = list(_PUBLIC)

@@ -10,9 +10,10 @@ import time
 from typing import Callable, Sequence
 
 from . import logs
+from .commands.evaluation import BASELINES, FLAGS
 from .errors import BatchPredictError
-from .evaluation import BASELINES, FLAGS
-from .job import ENGINES, Params, Status
+from .job import ENGINES, Params
+from .result import Status
 
 log = logging.getLogger("batchpredict")
 
@@ -228,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .coordinator import predict
+    from .commands.predict import predict
     from .job import RunOptions
     from .metrics import write_metrics
     from .progress import Progress
@@ -264,7 +265,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build_report
+    from .commands.report import build_report
 
     done = build_report(args.results, args.data, args.out, args.top, Params(rolling=args.rolling, window=args.window),
                         args.layout)
@@ -274,7 +275,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluation.comparison import evaluate, format_table, write
+    from .commands.evaluation.comparison import evaluate, format_table, write
 
     sweep = args.sweep
     if sweep == []:
@@ -291,8 +292,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from .commands.train import train_table
     from .job import RunOptions
-    from .train import train_table
 
     results = train_table(args.data, args.models, args.format, Params(rolling=args.rolling, window=args.window),
                           args.epochs, args.holdout, args.seed, args.ips,
@@ -309,8 +310,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_store_check(args: argparse.Namespace) -> int:
+    from .commands.inspection import COLUMNS, check_store, format_table, report_rows
     from .job import RunOptions
-    from .inspection import COLUMNS, check_store, format_table, report_rows
 
     rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,
                                                max_worker_memory_mib=args.max_worker_memory, retries=args.retries,
@@ -334,8 +335,8 @@ def cmd_store_check(args: argparse.Namespace) -> int:
 
 
 def cmd_store_seal(args: argparse.Namespace) -> int:
-    from . import manifest
-    from .store import Store
+    from .io import manifest
+    from .io.store import Store
 
     store = Store(args.models)
     entries, skipped = store.seal()

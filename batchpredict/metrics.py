@@ -7,8 +7,8 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .errors import BatchPredictError
-from .export import write_atomic
-from .job import Severity, Status
+from .io.output import write_atomic
+from .result import Severity, Status
 
 PREFIX = "batchpredict"
 LAST_SUCCESS = f"{PREFIX}_last_success_timestamp_seconds"

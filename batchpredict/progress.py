@@ -15,7 +15,7 @@ from typing import IO
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from .job import Result
+from .result import Result
 
 log = logging.getLogger("batchpredict")
 

@@ -34,8 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import farm  # noqa: E402
 
-from batchpredict import RunOptions, manifest, predict_table  # noqa: E402
-from batchpredict.store import Store  # noqa: E402
+from batchpredict import RunOptions, predict_table  # noqa: E402
+from batchpredict.io import manifest
+from batchpredict.io.store import Store  # noqa: E402
 
 
 def external(store: str, table: str, n: int, spawn: bool) -> dict:

@@ -18,8 +18,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from conftest import (  # noqa: E402
+    FORMATS,
+    build_models,
+    fitted_scaler,
+    series_for,
+    wide_table,
+    write_scaler,
+    write_stds,
+)
+
 from batchpredict import RunOptions, predict_table  # noqa: E402
-from conftest import FORMATS, build_models, fitted_scaler, series_for, wide_table, write_scaler, write_stds  # noqa: E402
 
 RUNTIMES = {"h5": "keras", "keras": "keras", "keras2-h5": "tf_keras", "keras2-keras": "tf_keras",
             "keras2-savedmodel": "SavedModel signature", "keras3-export": "SavedModel signature",

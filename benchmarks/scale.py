@@ -97,11 +97,11 @@ def build(n: int, every: int, dest: Path) -> tuple[Path, Path, Path, Path, int]:
 
 def read_and_plan(table: str, store: str) -> None:
     """(In its own process.) The coordinator's reading and planning of the whole table, jobs dropped."""
-    from batchpredict.coordinator import Plan, peak_rss_mib
-    from batchpredict.export import Rows
+    from batchpredict.commands.predict import Plan, peak_rss_mib
+    from batchpredict.io.output import Rows
+    from batchpredict.io.store import Store
+    from batchpredict.io.table import Table
     from batchpredict.job import Params
-    from batchpredict.store import Store
-    from batchpredict.table import Table
 
     start, cpu = time.monotonic(), time.process_time()
     opened = Table(table)

@@ -21,7 +21,7 @@ import pandas as pd
 import psutil
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from batchpredict.features import split_window  # noqa: E402
+from batchpredict.scoring.features import split_window  # noqa: E402
 
 
 def model_path(store: str, ip: str) -> str:

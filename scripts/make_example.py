@@ -61,7 +61,7 @@ def main() -> None:
 
 def train_store(history: str, store: str, ids: list[str], epochs: int) -> None:
     from batchpredict import RunOptions
-    from batchpredict.train import train_table
+    from batchpredict.commands.train import train_table
 
     options = RunOptions(workers=os.cpu_count() or 2, timeout=1800)
     for fmt, subset in (("h5", ids[0::2]), ("keras", ids[1::2])):

@@ -1,9 +1,9 @@
-"""Writes the lean forkserver's warm-up artefacts into batchpredict/preload/warmup/.
+"""Writes the lean forkserver's warm-up artefacts into batchpredict/runtime/preload/warmup/.
 
     .venv/bin/python scripts/make_warmup.py
 
 A tiny Keras 3 LSTM saved as .h5 and as .keras, and a MinMaxScaler: the lean forkserver runs one
-job on each model before it forks any worker (see batchpredict/preload/lean.py).
+job on each model before it forks any worker (see batchpredict/runtime/preload/lean.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import joblib
 import numpy as np
 from sklearn.preprocessing import MinMaxScaler
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "batchpredict", "preload", "warmup")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "batchpredict", "runtime", "preload", "warmup")
 
 
 def main() -> None:

@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from batchpredict.alerting import parse
-from batchpredict.evaluation.nab import normalised
+from batchpredict.commands.evaluation.nab import normalised
+from batchpredict.commands.inspection import format_table
 from batchpredict.job import Params
-from batchpredict.inspection import format_table
+from batchpredict.scoring.alerting import parse
 
 SCRIPTS = Path(__file__).resolve().parent
 POINTS = 2500

@@ -14,12 +14,12 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+from leanprobe import POISONS  # noqa: F401 - the tests take it from here
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from batchpredict import RunOptions, predict_table
-from batchpredict.features import split_window
-from leanprobe import POISONS  # noqa: F401 - the tests take it from here
+from batchpredict.scoring.features import split_window
 
 HERE = Path(__file__).parent
 # The team's shared folder beside the repo; BATCHPREDICT_SHARED points elsewhere (e.g. from a worktree).
@@ -212,3 +212,26 @@ def every_status_run(base_store: Path, tmp_path_factory: pytest.TempPathFactory)
                 warning: "ok", critical: "ok"}
     return SimpleNamespace(table=table, store=store, out=out, metrics=metrics, stderr=done.stderr,
                            expected=expected, warning=warning, critical=critical)
+
+
+def expected_row(values, weights, bias, scaler, std, rolling=5, window=20):
+    raw = pd.Series(values, dtype=float)
+    smoothed = raw.rolling(rolling).mean()[rolling - 1:].fillna(raw.mean()).to_numpy()
+    inputs, observed = smoothed[-window - 1:-1], smoothed[-1]
+    x = scaler.transform(inputs.reshape(-1, 1)).ravel().astype(np.float32)
+    predicted = scaler.inverse_transform([[float(x @ np.float32(weights) + np.float32(bias))]])[0, 0]
+    return observed, predicted
+
+
+def check_against_numpy(frame, store, data):
+    stds = pd.read_json(store / "std" / "std.json", typ="series")
+    for i, ip in enumerate(BASE_IPS):
+        row = frame.set_index("ip").loc[ip]
+        scaler = joblib.load(store / "sc" / f"{ip}.save")
+        observed, predicted = expected_row(data[ip], weights_for(ip), 0.01 * i, scaler, stds[ip])
+        assert row["status"] == "ok", row["error"]
+        assert row["observed"] == pytest.approx(observed, rel=1e-12)
+        assert row["predicted"] == pytest.approx(predicted, rel=1e-5)
+        assert row["upper_2std"] == pytest.approx(row["predicted"] + 2 * stds[ip])
+        outside = not (row["lower_2std"] <= row["observed"] <= row["upper_2std"])
+        assert row["anomaly"] == ("true" if outside else "false")

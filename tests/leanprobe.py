@@ -10,8 +10,9 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from batchpredict import worker
-from batchpredict.job import Job, Outcome, Result, Status
+from batchpredict.job import Job
+from batchpredict.result import Outcome, Result, Status
+from batchpredict.scoring import prediction
 
 HEAVY = ("tensorflow", "keras", "tf_keras", "sklearn", "joblib", "pandas", "matplotlib")
 # Code a test plants in a worker: through a pickled scaler (conftest.Poison) or a handler's task.
@@ -27,7 +28,7 @@ POISONS = {
 
 def run_and_list_modules(job: Job) -> Result:
     """The real job, then which heavy modules its worker had imported, as its last debug line."""
-    result = worker.run_job(job)
+    result = prediction.run_job(job)
     result.debug.append("heavy modules: " + ",".join(m for m in HEAVY if m in sys.modules))
     return result
 
@@ -52,7 +53,7 @@ class Weird(Outcome):
 
 def handler(task: Task) -> Outcome:
     """Does what the task's action says; a plain outcome says which kind of worker ran it."""
-    if task.action == "full-only" and worker.LEAN:
+    if task.action == "full-only" and prediction.LEAN:
         return Outcome(ip=task.ip, reroute="needs the TensorFlow pool")
     if task.action in POISONS:
         eval(POISONS[task.action])
@@ -63,4 +64,4 @@ def handler(task: Task) -> Outcome:
     if task.action == "crash-once" and not os.path.exists(task.ip):
         open(task.ip, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
-    return Outcome(ip=task.ip, error=f"lean={worker.LEAN}")
+    return Outcome(ip=task.ip, error=f"lean={prediction.LEAN}")

@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import BASE_IPS, check_against_numpy, read_out, run_cli, series_for, wide_table
 
-from batchpredict.export import columns
-from conftest import BASE_IPS, read_out, run_cli, series_for, wide_table
+from batchpredict.io.output import columns
 
 DESIGN_COLUMNS = ("ip,timestamp,observed,predicted,std,lower_2std,upper_2std,lower_4std,upper_4std,anomaly,severity,"
                   "status,error,model,attempts,duration_ms,worker_pid,worker_peak_rss_mib").split(",")
@@ -17,8 +17,6 @@ def test_columns_are_the_contract():
 
 
 def test_points_1_is_todays_output(clean_run, base_store, tmp_path):
-    from test_coordinator import check_against_numpy
-
     out = tmp_path / "a.csv"
     done = run_cli("predict", "--data", clean_run.table, "--models", base_store, "--out", out, "--points", "1")
     assert done.returncode == 0, done.stderr

@@ -19,7 +19,6 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import read_out, run_cli
 
 REPO = Path(__file__).resolve().parents[1]

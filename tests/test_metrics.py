@@ -2,11 +2,11 @@
 import time
 
 import pytest
+from conftest import read_out, run_cli
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchpredict.job import Status
 from batchpredict.metrics import render, write_metrics
-from conftest import read_out, run_cli
+from batchpredict.result import Status
 
 
 def samples(text: str) -> dict:

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from batchpredict.table import read_table
 from conftest import SHARED
+
+from batchpredict.io.table import read_table
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "nab_to_long.py"
 NAB = SHARED / "data" / "nab" / "realAWSCloudwatch"

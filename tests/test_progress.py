@@ -12,11 +12,11 @@ import termios
 import time
 
 import pytest
+from conftest import BASE_IPS, run_cli, series_for, wide_table
 
 from batchpredict import logs
-from batchpredict.job import Point, Result, Severity, Status
 from batchpredict.progress import Progress
-from conftest import BASE_IPS, run_cli, series_for, wide_table
+from batchpredict.result import Point, Result, Severity, Status
 
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) ")
 

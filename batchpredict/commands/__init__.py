@@ -1,0 +1,1 @@
+"""What the CLI runs: predict, train, store check, report and evaluate, each over the layers below."""

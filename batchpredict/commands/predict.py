@@ -1,0 +1,283 @@
+"""Walks the stats table, hands each IP to the executor, and writes the flags.
+
+The table streams: jobs start as soon as the first chunk of it is planned, while the rest is read.
+The coordinator holds the jobs in flight and each finished IP's row as CSV text; it never imports
+TensorFlow, so its memory stays flat however many jobs run.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import resource
+import signal
+import sys
+import threading
+import time
+from importlib import metadata
+from typing import Callable, Iterable, Iterator, NoReturn
+
+import numpy as np
+import pandas as pd
+
+from ..errors import Interrupted, JobError, UsageError
+from ..io import output
+from ..io.journal import Journal, Lock, fingerprint
+from ..io.store import MODEL_SUFFIXES, Store
+from ..io.table import Series, Table
+from ..job import ENGINES, Job, Params, RunOptions
+from ..result import Result, Status
+from ..runtime.backend import make_executor
+from ..scoring import alerting
+from ..scoring.anomaly import std_mode
+from ..scoring.prediction import run_job
+
+log = logging.getLogger("batchpredict")
+
+
+def check_params(params: Params) -> None:
+    if params.rolling < 1 or params.window < 1 or params.points < 1:
+        raise UsageError(f"--rolling, --window and --points must be at least 1 (got {params.rolling}, "
+                         f"{params.window}, {params.points})")
+    if params.since is not None and params.points != 1:
+        raise UsageError("--points and --since exclude each other: --since scores every point after its label")
+    try:
+        std_mode(params.std)
+        alerting.parse(params.alert)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    low, high = params.sigmas
+    if not (0 < low < high) or not math.isfinite(high):
+        raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
+
+
+class Plan:
+    """Turns the table's series into rows settled at once and jobs, as the executor asks for jobs.
+
+    `done` holds the journal's results of an earlier run (--resume): those IPs take them, run nothing.
+    """
+
+    def __init__(self, table: Table, store: Store, params: Params, engine: str, rows: output.Rows,
+                 trust: bool = False, allow_unsealed: bool = False) -> None:
+        if engine not in ENGINES:
+            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
+        self.trust, self.allow_unsealed = trust, allow_unsealed  # RunOptions', for every job
+        self.done: dict[str, Result] = {}
+        self.running: dict[str, int] = {}  # IP -> table position of each job handed out and not finished
+        self.jobs = 0      # handed out
+        self.started = 0.0  # when the first was (time.monotonic)
+        self.cpu_s = 0.0    # CPU time spent reading and planning the table
+        self.skipped = 0    # --since: IPs without a point after the label, which get no rows
+        # The index of each series' first point to score: negative counts from its end.
+        self.first = (lambda series: -params.points) if params.since is None else table.since(params.since)
+
+    def jobs_of(self, chunks: Iterable[list[Series]]) -> Iterator[Job | None]:
+        """Each job once planned; None after each chunk, so that the executor looks at its workers."""
+        cpu = time.process_time()
+        for chunk in chunks:
+            for series in chunk:
+                job = self._plan(series)
+                if job is not None:
+                    self.running[job.ip] = series.position
+                    self.jobs += 1
+                    self.started = self.started or time.monotonic()
+                    self.cpu_s += time.process_time() - cpu
+                    yield job
+                    cpu = time.process_time()
+            self.cpu_s += time.process_time() - cpu
+            yield None
+            cpu = time.process_time()
+        self.cpu_s += time.process_time() - cpu
+
+    def finish(self, result: Result) -> None:
+        self.rows.put(self.running.pop(result.ip), result)
+
+    def settle_duplicates(self) -> None:
+        """An IP found again later in a wide table: its first row becomes invalid_input, job or not."""
+        for ip in self.table.duplicates:
+            series = Series(ip, self.table.labels, np.empty(0), self.table.duplicate_problem(ip),
+                            self.table.position(ip))
+            if not self._nothing_after_since(series):  # else skipped when first seen
+                self._settle(series, self._check_problem)
+
+    def _nothing_after_since(self, series: Series) -> bool:
+        return self.params.since is not None and self.first(series) == len(series.labels)
+
+    def _plan(self, series: Series) -> Job | None:
+        if self._nothing_after_since(series):  # --since: no rows
+            self.rows.skip(series.position)
+            self.skipped += 1
+            return None
+        if series.ip in self.done:
+            self.rows.put(series.position, self.done.pop(series.ip))
+            return None
+        if series.ip in self.table.duplicates:
+            return None  # settled once the whole table is read: the error lists every line
+        return self._settle(series, self._check)
+
+    def _settle(self, series: Series, check: Callable[[Series], Job]) -> Job | None:
+        try:
+            return check(series)
+        except JobError as exc:
+            self.rows.put(series.position, Result(ip=series.ip, status=Status(exc.status), error=str(exc),
+                                                  timestamp=series.labels[-1] if series.labels else ""))
+            return None
+
+    def _check_problem(self, series: Series) -> NoReturn:
+        self.store.check_ip(series.ip)
+        raise JobError(Status.INVALID_INPUT, series.problem)
+
+    def _check(self, series: Series) -> Job:
+        if series.problem:
+            self._check_problem(series)
+        found = self.store.artefacts(series.ip)
+        sealed = self.store.sealed(series.ip, self.allow_unsealed)
+        if np.isnan(series.values).all():  # no process needed to say so
+            raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
+        # The numpy engine reads files; a SavedModel directory goes straight to the TensorFlow pool.
+        lean = self.engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
+        return Job(series.ip, series.labels, series.values.tolist(), self.store.root, found.model, found.scaler,
+                   found.std, self.params, self.engine, "lean" if lean else "full", first=self.first(series),
+                   trust=self.trust, sealed=sealed)
+
+
+def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
+                  options: RunOptions = RunOptions(),
+                  on_result: Callable[[Result], None] | None = None,
+                  on_start: Callable[[int | None], None] | None = None) -> pd.DataFrame:
+    """Score every IP of the table; with `out`, also write the CSV, its summary and a journal.
+
+    Returns the output as a DataFrame, its summary in `.attrs["summary"]`. `on_start(jobs)` is called
+    as the jobs begin, with None, and again with their number once the whole table is planned (some
+    may have finished by then); `on_result(result)` gets each job's result as it finishes.
+    """
+    rows = _rows(params, cells=True)
+    info = _run(data, models, out, params, options, rows, on_result, on_start)
+    frame = rows.frame()
+    frame.attrs["summary"], frame.attrs["events"] = info, output.events(frame)
+    return frame
+
+
+def predict(data: str, models: str, out: str, params: Params = Params(), options: RunOptions = RunOptions(),
+            on_result: Callable[[Result], None] | None = None,
+            on_start: Callable[[int | None], None] | None = None) -> dict:
+    """predict_table for the command line: the output goes only to `out`; returns the summary."""
+    return _run(data, models, out, params, options, _rows(params), on_result, on_start)
+
+
+def _rows(params: Params, cells: bool = False) -> output.Rows:
+    """The run's rows; an events file only where an IP has several points (--points N, --since)."""
+    return output.Rows(params.sigmas, cells, std_source=params.std != "store",
+                       events=params.points > 1 or params.since is not None, alert=params.alerting)
+
+
+def _run(data: str, models: str, out: str | None, params: Params, options: RunOptions, rows: output.Rows,
+         on_result: Callable[[Result], None] | None, on_start: Callable[[int | None], None] | None) -> dict:
+    check_params(params)
+    started, cpu = time.monotonic(), time.process_time()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_signals_raise())
+        if out:  # before anything is read: a second run on the same output exits 75 at once
+            stack.enter_context(Lock(out + ".lock"))
+        store = Store(models)
+        table = Table(data, options.layout)
+        chunks = table.chunks()
+        first = next(chunks)  # an unreadable or empty table stops the run before anything is written
+        executor = make_executor(options)
+        plan = Plan(table, store, params, options.engine, rows, options.trust_store, options.allow_unsealed)
+        journal = None
+        if out:
+            settings = {"params": dataclasses.asdict(params), "layout": options.layout}
+            journal = Journal(out + ".journal", fingerprint(data, models, settings))
+            plan.done = journal.open(options.resume)
+            stack.callback(journal.close, remove=False)
+            if plan.done:
+                log.info("resuming: %d jobs already done", len(plan.done))
+
+        def tasks() -> Iterator[Job | None]:
+            yield from plan.jobs_of(_chain(first, chunks))
+            if on_start:
+                on_start(plan.jobs)
+
+        if on_start:
+            on_start(None)
+
+        try:
+            for result in executor.run(run_job, tasks()):
+                for line in result.log:
+                    log.info(line)
+                for line in result.debug:
+                    log.debug(line)
+                plan.finish(result)
+                if journal:
+                    journal.append(result)
+                if on_result:
+                    on_result(result)
+        except UsageError:  # the table turned out unreadable further on: nothing is kept
+            if journal:
+                journal.close(remove=True)
+            raise
+        plan.settle_duplicates()
+        info = output.summary(rows.counts(), plan.jobs, time.monotonic() - started, peak_rss_mib(),
+                              backend=executor.name, workers=options.workers,
+                              jobs_per_worker=options.jobs_per_worker, engine=options.engine,
+                              skipped=plan.skipped, last_label=table.last_label(),
+                              timings=_timings(plan, started, cpu), versions=versions())
+        if out:
+            rows.write_csv(out)
+            if rows.keeps_events:
+                rows.write_events(out + ".events.csv")
+            output.write_summary(out + ".summary.json", info)
+            journal.close(remove=True)
+    return info
+
+
+def _chain(first: list[Series], rest: Iterator[list[Series]]) -> Iterator[list[Series]]:
+    yield first
+    yield from rest
+
+
+def _timings(plan: Plan, started: float, cpu: float) -> dict:
+    """Where the coordinator's time went: to the first job, reading and planning the table, in all."""
+    return {"first_job_s": round(plan.started - started, 3) if plan.jobs else None,
+            "plan_cpu_s": round(plan.cpu_s, 3),
+            "coordinator_cpu_s": round(time.process_time() - cpu, 3)}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: the high-water mark of its own pages (VmHWM). ru_maxrss starts
+    from the parent's RSS at fork, so a coordinator started by a large process would report that one's."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as fh:
+            return int(next(line for line in fh if line.startswith("VmHWM:")).split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGINT become Interrupted, so the executor kills its workers on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def versions() -> dict[str, str]:
+    """Installed versions, read from package metadata: importing TensorFlow here is not allowed."""
+    found = {"python": sys.version.split()[0]}
+    for name in ("batchpredict", "tensorflow-cpu", "tensorflow", "keras", "tf-keras", "scikit-learn", "numpy",
+                 "pandas", "pyarrow"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found

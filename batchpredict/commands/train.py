@@ -1,0 +1,264 @@
+"""Trains the per-IP models into the store, one isolated worker process per IP.
+
+Each worker fits the original two-layer LSTM on its IP's rolling-mean history, then writes
+`model/<ip>.<format>`, `sc/<ip>.save` and its `std/std.json` entry, each atomically.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import JobError, UsageError, first_line
+from ..io import manifest
+from ..io.output import write_atomic, write_rows
+from ..io.store import MODEL_SUFFIXES, Store
+from ..io.table import read_table
+from ..job import Params, RunOptions
+from ..result import Outcome, Status
+from ..scoring.features import rolling_series
+
+log = logging.getLogger("batchpredict")
+
+FORMATS = ("h5", "keras", "savedmodel")
+REPORT_COLUMNS = ["ip", "status", "error", "model", "epochs", "train_loss", "holdout_loss", "std", "duration_ms",
+                  "worker_peak_rss_mib"]
+
+
+@dataclass
+class TrainResult(Outcome):
+    model: str = ""
+    epochs: int | None = None
+    train_loss: float | None = None
+    holdout_loss: float | None = None
+    std: float | None = None
+    sealed: dict | None = None  # its manifest.json entry, hashed in the worker once the files are written
+
+
+@dataclass
+class TrainJob:
+    ip: str
+    values: list[float]
+    store: str
+    format: str = "h5"
+    params: Params = field(default_factory=Params)
+    epochs: int = 30
+    holdout: float = 0.2
+    seed: int = 0
+
+    def failed(self, status: Status, error: str) -> TrainResult:
+        return TrainResult(ip=self.ip, status=status, error=error)
+
+
+def ip_seed(seed: int, ip: str) -> int:
+    """A per-IP seed: stable across runs, different across IPs."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{ip}".encode()).digest()[:4], "big")
+
+
+def windows(scaled: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sliding windows of `window` values -> the value after each."""
+    count = len(scaled) - window
+    x = np.stack([scaled[i:i + window] for i in range(count)])[..., None].astype(np.float32)
+    return x, scaled[window:].reshape(-1, 1).astype(np.float32)
+
+
+def architecture(window: int):  # noqa: ANN201 - keras is imported lazily
+    import keras
+
+    return keras.Sequential([keras.Input((window, 1)), keras.layers.LSTM(64, return_sequences=True),
+                             keras.layers.LSTM(32), keras.layers.Dense(1)])
+
+
+def train_ip(job: TrainJob) -> TrainResult:
+    """Runs in the worker. Never raises: a failure leaves the IP's previous artefacts in place."""
+    try:
+        return _train(job)
+    except JobError as exc:
+        return job.failed(Status(exc.status), str(exc))
+    except Exception as exc:  # noqa: BLE001 - the report says what went wrong; other IPs go on
+        return job.failed(Status.ERROR, first_line(exc))
+
+
+def _train(job: TrainJob) -> TrainResult:
+    import keras
+    import tensorflow as tf
+    from sklearn.preprocessing import MinMaxScaler
+
+    # One thread and deterministic kernels: same data and seed give the same weights.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(ip_seed(job.seed, job.ip))
+
+    window = job.params.window
+    smoothed = rolling_series(np.asarray(job.values, dtype=float), job.params.rolling)
+    scaler = MinMaxScaler().fit(smoothed.reshape(-1, 1))
+    x, y = windows(scaler.transform(smoothed.reshape(-1, 1)).ravel(), window) if len(smoothed) > window else (None, None)
+    held = int(round(len(x) * job.holdout)) if x is not None else 0
+    if x is None or held < 2 or len(x) - held < 2:
+        raise JobError(Status.INSUFFICIENT_DATA, f"{len(job.values)} values are too few to train with window "
+                                                 f"{window} and holdout {job.holdout}")
+    fit_x, fit_y, hold_x, hold_y = x[:-held], y[:-held], x[-held:], y[-held:]
+
+    model = architecture(window)
+    model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+    stop = keras.callbacks.EarlyStopping(patience=5, restore_best_weights=True)
+    history = model.fit(fit_x, fit_y, validation_data=(hold_x, hold_y), epochs=job.epochs, batch_size=32,
+                        callbacks=[stop], verbose=0, shuffle=True)
+    predicted = scaler.inverse_transform(model.predict(hold_x, verbose=0))
+    std = float(np.std(scaler.inverse_transform(hold_y) - predicted, ddof=1))
+    if not np.isfinite(std):
+        raise JobError(Status.ERROR, "training diverged: residual std is not finite")
+
+    # Saved without the optimizer: the store holds what prediction needs, a third of the size.
+    plain = architecture(window)
+    plain.set_weights(model.get_weights())
+    relative = _save_model(plain, job)
+    scaler_path = os.path.join("sc", job.ip + ".save")
+    _save_scaler(scaler, os.path.join(job.store, scaler_path))
+    merge_stds(job.store, {job.ip: std})
+    losses = history.history
+    best = int(np.argmin(losses["val_loss"]))
+    return TrainResult(ip=job.ip, model=relative, epochs=len(losses["loss"]), train_loss=float(losses["loss"][best]),
+                       holdout_loss=float(losses["val_loss"][best]), std=std,
+                       sealed=manifest.entry(job.store, relative, scaler_path, std))
+
+
+def _save_model(model, job: TrainJob) -> str:  # noqa: ANN001
+    folder = os.path.join(job.store, "model")
+    os.makedirs(folder, exist_ok=True)
+    final = os.path.join(folder, job.ip if job.format == "savedmodel" else f"{job.ip}.{job.format}")
+    staging = tempfile.mkdtemp(dir=folder, prefix=f".{job.ip}.")
+    try:
+        if job.format == "savedmodel":
+            built = os.path.join(staging, "export")
+            model.export(built, verbose=False)
+            _replace_dir(built, final)
+        else:
+            built = os.path.join(staging, os.path.basename(final))
+            model.save(built)
+            os.replace(built, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    # Exactly one artefact per IP: a model retrained in another format replaces the old one.
+    for other in [os.path.join(folder, job.ip + s) for s in MODEL_SUFFIXES] + [os.path.join(folder, job.ip)]:
+        if other != final:
+            shutil.rmtree(other, ignore_errors=True) if os.path.isdir(other) else _unlink(other)
+    return os.path.relpath(final, job.store)
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _replace_dir(new: str, final: str) -> None:
+    old = None
+    if os.path.exists(final):
+        old = final + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(new, final)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _save_scaler(scaler, path: str) -> None:  # noqa: ANN001
+    import joblib
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".scaler.")
+    os.close(fd)
+    try:
+        joblib.dump(scaler, tmp)
+        os.replace(tmp, path)
+    finally:
+        _unlink(tmp)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def merge_stds(store: str, entries: dict[str, float]) -> None:
+    """Read-modify-write std.json under a lock, replaced atomically: no entry is ever lost."""
+    path = os.path.join(store, "std", "std.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with _locked(path + ".lock"):
+        current = {}
+        if os.path.exists(path):
+            with open(path) as fh:
+                current = json.load(fh)
+        current.update(entries)
+        write_atomic(path, json.dumps(current, indent=1, sort_keys=True) + "\n")
+
+
+def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params(), epochs: int = 30,
+                holdout: float = 0.2, seed: int = 0, ips: list[str] | None = None,
+                options: RunOptions | None = None) -> list[TrainResult]:
+    """Train every (or each named) IP of the history table; writes `<models>/train_report.csv`."""
+    from ..runtime.backend import make_executor
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if not 0 < holdout < 1:
+        raise UsageError(f"--holdout must be between 0 and 1, not {holdout}")
+    os.makedirs(models, exist_ok=True)
+    store = Store(models)
+    table = read_table(data)
+    wanted = set(ips) if ips else None
+    if wanted and wanted - {s.ip for s in table}:
+        raise UsageError(f"not in {data}: {', '.join(sorted(wanted - {s.ip for s in table}))}")
+    results: dict[str, TrainResult] = {}
+    jobs = []
+    for series in table:
+        if wanted is not None and series.ip not in wanted:
+            continue
+        try:
+            store.check_ip(series.ip)
+            if series.problem:
+                raise JobError(Status.INVALID_INPUT, series.problem)
+        except JobError as exc:
+            results[series.ip] = TrainResult(ip=series.ip, status=Status(exc.status), error=str(exc))
+            continue
+        jobs.append(TrainJob(series.ip, series.values.tolist(), store.root, fmt, params, epochs, holdout, seed))
+    for outcome in make_executor(options or RunOptions()).run(train_ip, jobs):
+        results[outcome.ip] = outcome
+    ordered = [results[s.ip] for s in table if s.ip in results]
+    write_report(ordered, os.path.join(models, "train_report.csv"))
+    sealed = {r.ip: r.sealed for r in ordered if r.status is Status.OK and r.sealed}
+    if sealed and store.manifest is None:  # a first manifest lists the IPs trained before too, as they are
+        before, _ = store.seal(skip=set(sealed))
+        if before:
+            log.info("train: %s also lists %d IPs this run did not train, as found", manifest.FILE, len(before))
+        sealed = {**before, **sealed}
+    if sealed:  # with a manifest there already, the entries of IPs this run did not train stay as they were
+        manifest.write(store.root, sealed, keep=True)
+    return ordered
+
+
+def write_report(results: list[TrainResult], path: str) -> None:
+    """Updates the report: rows of IPs trained now replace their old rows, other IPs' rows stay."""
+    rows = {r.ip: [r.ip, r.status.value, r.error, r.model, r.epochs, r.train_loss, r.holdout_loss, r.std,
+                   None if r.duration_ms is None else round(r.duration_ms, 1), r.worker_peak_rss_mib]
+            for r in results}
+    if os.path.exists(path):
+        with open(path, newline="") as fh:
+            old = {line[0]: line for line in list(csv.reader(fh))[1:] if line}
+        rows = {**old, **rows}
+    write_rows(path, REPORT_COLUMNS, list(rows.values()))

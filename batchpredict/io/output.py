@@ -1,0 +1,248 @@
+"""The anomalies CSV (docs/design.md §4) and its summary, each written atomically."""
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import tempfile
+from array import array
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..result import Point, Result, Status
+from .events import RANK, collapse, distance, event_columns, event_names
+
+ALERT_COLUMNS = ["alert", "score", "alert_source"]  # appended where the alerting stage runs (Params.alerting)
+
+
+def columns(sigmas: tuple[float, float], std_source: bool = False, alert: bool = False) -> list[str]:
+    """The CSV's header; `std_source` (any --std but store) adds the column saying which std a row used,
+    `alert` the alerting stage's columns at the end."""
+    bands = [f"{side}_{k:g}std" for k in sigmas for side in ("lower", "upper")]
+    return (["ip", "timestamp", "observed", "predicted", "std"] + ["std_source"] * std_source + bands
+            + ["anomaly", "severity", "status", "error", "model", "attempts", "duration_ms", "worker_pid",
+               "worker_peak_rss_mib"] + ALERT_COLUMNS * alert)
+
+
+def rows(result: Result, std_source: bool = False, alert: bool = False) -> list[list[Any]]:
+    """The result's CSV rows: one per scored point, in time order, or one saying why there is none."""
+    return ([row(result, point, std_source, alert) for point in result.points]
+            or [row(result, None, std_source, alert)])
+
+
+def row(result: Result, point: Point | None, std_source: bool = False, alert: bool = False) -> list[Any]:
+    """One point of the result as CSV cells; None is an empty cell, floats keep full precision."""
+    if point is None:
+        values = [result.timestamp] + [None] * (9 + std_source)
+        alerts: list[Any] = [None] * len(ALERT_COLUMNS)
+    else:
+        anomaly = "true" if point.anomaly else "false"
+        values = [point.timestamp, point.observed, point.predicted, point.std, *[point.std_source] * std_source,
+                  *[v for pair in zip(point.lower, point.upper) for v in pair], anomaly, point.severity.value]
+        alerts = [None if point.alert is None else "true" if point.alert else "false", point.score,
+                  point.alert_source]
+    return [result.ip, *values, result.status.value, result.error, result.model, result.attempts,
+            None if result.duration_ms is None else round(result.duration_ms, 1), result.worker_pid,
+            None if result.worker_peak_rss_mib is None else round(result.worker_peak_rss_mib, 1),
+            *alerts[:len(ALERT_COLUMNS) * alert]]
+
+
+def events(frame: pd.DataFrame) -> pd.DataFrame:
+    """The alert events of an output frame (events.collapse): each run of flagged points of one IP, with
+    the alerts among its points where the frame has an `alert` column."""
+    scored = frame[frame["predicted"].notna()]
+    alerts = (scored["alert"] == "true").to_numpy() if "alert" in scored else None
+    return collapse(scored, (scored["anomaly"] == "true").to_numpy(), alerts)
+
+
+def result_events(result: Result, alert: bool = False) -> list[list[Any]]:
+    """The alert events of one result's points, as EVENT_COLUMNS cells (`open` as true/false), and with
+    `alert` the alerts among each event's points."""
+    points = result.points
+    if not any(point.anomaly for point in points):
+        return []
+    observed, predicted, std = (np.array([getattr(p, name) for p in points], dtype=float)
+                                for name in ("observed", "predicted", "std"))
+    found = event_columns(np.full(len(points), result.ip, dtype=object),
+                          np.array([p.timestamp for p in points], dtype=object),
+                          np.array([RANK[p.severity.value] for p in points]), distance(observed, predicted, std),
+                          np.array([p.anomaly for p in points]),
+                          np.array([bool(p.alert) for p in points]) if alert else None)
+    return [[("true" if cell else "false") if isinstance(cell, bool) else cell for cell in cells]
+            for cells in zip(*(found[c].tolist() for c in event_names(alert)))]
+
+
+def write_rows(path: str, header: list[str], rows: list[list[Any]]) -> None:
+    """A CSV written atomically; None is an empty cell, floats keep full precision."""
+    text = _Writer()
+    write_atomic(path, [text.render([header]), text.render(rows)])
+
+
+class _Writer:
+    """CSV text of rows: the csv module writes None as an empty cell and a float as its repr (full precision)."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._csv = csv.writer(self, lineterminator="\n")  # it writes each row here, whole
+
+    def write(self, line: str) -> None:
+        self._lines.append(line)
+
+    def render(self, rows: list[list[Any]]) -> str:
+        self._csv.writerows(rows)
+        text = "".join(self._lines)
+        self._lines.clear()
+        return text
+
+
+_STATUSES = {status: code for code, status in enumerate(Status, 1)}
+_SKIPPED = 255  # the status code of a position without rows
+# Per position, what the summary counts: rows, points per severity, events per peak severity, alerts.
+_TALLIES = ("rows", "normal", "warning", "critical", "events_warning", "events_critical", "alerts")
+
+
+class Rows:
+    """A run's finished rows by table position, kept small: each IP's rows as CSV text (as cells where a
+    DataFrame is wanted), its alert events likewise, and the few numbers its summary counts.
+
+    A position may be put again (an IP found twice in the table): its new rows replace the old ones.
+    """
+
+    def __init__(self, sigmas: tuple[float, float], cells: bool = False, std_source: bool = False,
+                 events: bool = False, alert: bool = False) -> None:
+        self.header = columns(sigmas, std_source, alert)
+        self.events_header = event_names(alert)
+        self._std_source, self.keeps_events, self._alert = std_source, events, alert
+        self._cells = cells
+        self._rows: list[Any] = []    # per position: CSV text, or the list of cell rows
+        self._events: list[Any] = []  # per position, when events are kept: likewise
+        # Per position: status (1 + its index; 0 is a position not finished yet) and engine (1 + index in
+        # self._engines, 0 for none), a byte each; and the _TALLIES, an int each.
+        self._codes = bytearray()
+        self._tallies = array("l")
+        self._engines: list[str] = []
+        self._peaks: dict[int, float] = {}  # worker peak RSS (MiB) of the positions that have one
+        self._writer = _Writer()
+
+    def put(self, position: int, result: Result) -> None:
+        if position >= len(self._rows):
+            missing = position + 1 - len(self._rows)
+            self._rows += [None] * missing
+            self._events += [None] * missing * self.keeps_events
+            self._codes += bytes(2 * missing)
+            self._tallies.extend([0] * len(_TALLIES) * missing)
+        cells = rows(result, self._std_source, self._alert)
+        self._rows[position] = cells if self._cells else self._writer.render(cells)
+        found = result_events(result, self._alert)
+        if self.keeps_events:
+            self._events[position] = found if self._cells else self._writer.render(found)
+        engine = result.engine
+        if engine and engine not in self._engines:
+            self._engines.append(engine)
+        self._codes[2 * position:2 * position + 2] = bytes((
+            _STATUSES[result.status], self._engines.index(engine) + 1 if engine else 0))
+        severities = [point.severity.value for point in result.points]
+        peaks = [event[4] for event in found]
+        at = len(_TALLIES) * position
+        self._tallies[at:at + len(_TALLIES)] = array("l", (
+            len(cells), severities.count("normal"), severities.count("warning"), severities.count("critical"),
+            peaks.count("warning"), peaks.count("critical"), result.alerts))
+        if result.worker_peak_rss_mib:
+            self._peaks[position] = result.worker_peak_rss_mib
+        elif self._peaks:
+            self._peaks.pop(position, None)
+
+    def skip(self, position: int) -> None:
+        """A position that gets no rows (--since: nothing after the label)."""
+        self.put(position, Result(ip=""))
+        self._rows[position] = [] if self._cells else ""
+        if self.keeps_events:
+            self._events[position] = [] if self._cells else ""
+        self._codes[2 * position] = _SKIPPED
+        self._tallies[len(_TALLIES) * position] = 0
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def write_csv(self, path: str) -> None:
+        unfinished = self._codes[::2].find(0)
+        if unfinished >= 0:
+            raise RuntimeError(f"row {unfinished} of {path} was never finished")
+        self._write(path, self.header, self._rows)
+
+    def write_events(self, path: str) -> None:
+        """`<out>.events.csv`: EVENT_COLUMNS, in table order then time order."""
+        self._write(path, self.events_header, self._events)
+
+    def _write(self, path: str, header: list[str], texts: list[Any]) -> None:
+        render = self._writer.render if self._cells else str
+        write_atomic(path, itertools.chain([self._writer.render([header])], map(render, texts)))
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([cells for position in self._rows for cells in position], columns=self.header)
+
+    def counts(self) -> dict:
+        """The summary's counts, each in order of first appearance in the table."""
+        status, engine = np.frombuffer(bytes(self._codes), dtype=np.uint8).reshape(-1, 2).T
+        status = status[status != _SKIPPED]
+        tallies = dict(zip(_TALLIES, np.frombuffer(self._tallies, dtype=np.int64).reshape(-1, len(_TALLIES)).sum(axis=0).tolist()))
+        peaks = list(self._peaks.values())
+        return {"ips": len(status),
+                "rows": tallies["rows"],
+                "status": _tally(status, [s.value for s in Status]),
+                "severity": {k: tallies[k] for k in ("normal", "warning", "critical") if tallies[k]},
+                "anomalies": tallies["warning"] + tallies["critical"],
+                "events": {k: tallies[f"events_{k}"] for k in ("warning", "critical") if tallies[f"events_{k}"]},
+                **({"alerts": tallies["alerts"]} if self._alert else {}),
+                "engines": _tally(engine, self._engines),
+                "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None}
+
+
+def _tally(codes: np.ndarray, names: list[str]) -> dict[str, int]:
+    found, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    return {names[code - 1]: int(count) for _, code, count in sorted(zip(first, found, counts)) if code}
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def write_atomic(path: str, text: str | Iterable[str]) -> None:
+    """Temporary file + rename in the same folder: a reader never sees half a file. `text` may come in pieces."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the output from its readers
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.writelines([text] if isinstance(text, str) else text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def summary(counts: dict, executed: int, wall_s: float, coordinator_peak_mib: float, **extra: Any) -> dict:
+    """The run's summary.json: `counts` from Rows.counts (per IP: `ips`, `status`; per row: `rows`,
+    `severity`, `anomalies`; `events` per peak severity; `alerts` where the alerting stage ran), then how the
+    run went."""
+    peak = counts["worker_peak_rss_mib"]
+    return {
+        **{k: counts[k] for k in ("ips", "rows", "status", "severity", "anomalies", "events", "alerts") if k in counts},
+        "jobs_run": executed,
+        "engines": counts["engines"],
+        "wall_s": round(wall_s, 3),
+        "jobs_per_s": round(executed / wall_s, 3) if wall_s > 0 else None,
+        "worker_peak_rss_mib": peak,
+        "coordinator_peak_rss_mib": round(coordinator_peak_mib, 1),
+        **extra,
+    }
+
+
+def write_summary(path: str, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")

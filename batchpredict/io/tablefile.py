@@ -1,0 +1,240 @@
+"""The stats table's file, CSV or Parquet, read in chunks of rows; and how a cell becomes a number.
+
+A cell's number is what `pd.to_numeric` makes of the IP's series of cells (docs/design.md §2):
+anything that is not a number is NaN. Reading every cell as text and converting it is slow (200,000
+IPs of 60 buckets: 11.9 s), so pandas' C parser reads the value columns as floats itself (0.94 s)
+while every cell is a number or a MISSING mark, where it gives the same numbers. The first chunk
+holding anything else, or a row the integer rule could change (`integer_rows`), sends that chunk
+and the rest of the file through the text path.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import Any, Callable, Iterator, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UsageError
+
+CHUNK_ROWS = 10_000
+PARQUET_MAGIC = b"PAR1"
+# Cells that hold no number, which pd.to_numeric makes NaN: the C parser may make them NaN itself. The
+# words for true and false must be here: a column of nothing else would be parsed as booleans, 1.0 and 0.0.
+MISSING = ["", "nan", "NaN", "NAN", "-nan", "NA", "N/A", "n/a", "NULL", "null", "None", "-", "?",
+           "True", "TRUE", "true", "False", "FALSE", "false"]
+
+Chunk = TypeVar("Chunk")
+Codes = tuple[np.ndarray, list]  # a column's cells as (codes, distinct values), None for a missing cell
+
+
+def text_numbers(cells: Any) -> np.ndarray:
+    """One series' cells as numbers, as pd.to_numeric reads them; anything else is NaN."""
+    return np.array(pd.to_numeric(pd.Series(cells, dtype=object), errors="coerce"), dtype=float)
+
+
+def float_values(cells: np.ndarray) -> np.ndarray:
+    """Each cell (an array of any shape) as text_numbers reads it in a series that is not all integers."""
+    # The float appended keeps to_numeric off its integer path, where "-0" would be 0.0, not -0.0.
+    return text_numbers(np.append(cells.ravel(), np.nan))[:-1].reshape(cells.shape)
+
+
+def integer_rows(block: np.ndarray) -> np.ndarray:
+    """Rows of float values that text_numbers may read otherwise as one series.
+
+    A series with no NaN may be all integers, which to_numeric reads as integers: the same numbers
+    (both round correctly), except that "-0" is 0.0 there. So only a row with no NaN and a -0.0 can
+    differ, and it is read again as a series.
+    """
+    return ~np.isnan(block).any(axis=1) & (np.signbit(block) & (block == 0)).any(axis=1)
+
+
+def row_numbers(cells: np.ndarray) -> np.ndarray:
+    """text_numbers of each row of a block of text cells, with one to_numeric for the whole block."""
+    block = float_values(cells)
+    for row in np.flatnonzero(integer_rows(block)):
+        block[row] = text_numbers(cells[row])
+    return block
+
+
+def open_table_file(path: str) -> "TableFile":
+    """Parquet by its name (.parquet, .pq) or its magic bytes at both ends, else CSV."""
+    return ParquetFile(path) if _is_parquet(path) else CsvFile(path)
+
+
+def _is_parquet(path: str) -> bool:
+    if path.lower().endswith((".parquet", ".pq")):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+            fh.seek(-4, 2)
+            return head == PARQUET_MAGIC and fh.read(4) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _readable(path: str, what: str, errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """What pandas or pyarrow raise on a file that cannot be read, as a UsageError naming it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise UsageError(f"{what} not found: {path}") from None
+    except errors as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot read {what} {path}: {detail}") from None
+
+
+_CSV_ERRORS = (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
+               PermissionError)
+_TEXT = dict(keep_default_na=False, skipinitialspace=True)  # every cell as written, leading spaces skipped
+
+
+def read_text_csv(path: str, what: str, **options: Any) -> pd.DataFrame:
+    """A whole CSV with every cell as written; UsageError naming `what` when it cannot be read at all."""
+    with _readable(path, what, _CSV_ERRORS):
+        return pd.read_csv(path, dtype=str, **{**_TEXT, **options})
+
+
+class CsvFile:
+    """A CSV table, tokenised by pandas' C parser as a whole-file read would be."""
+
+    text_cells = True  # a series' cells are read together (text_numbers), not one by one
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.header = [str(c) for c in read_text_csv(path, "table", nrows=0).columns]
+
+    def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray]]:
+        """(ids as written, values) for each chunk of rows."""
+
+        def fast(frame: pd.DataFrame) -> tuple[list[str], np.ndarray] | None:
+            block = frame.iloc[:, 1:].to_numpy(dtype=float)
+            return None if integer_rows(block).any() else (frame.iloc[:, 0].tolist(), block)
+
+        def exact(frame: pd.DataFrame) -> tuple[list[str], np.ndarray]:
+            return frame.iloc[:, 0].tolist(), row_numbers(frame.iloc[:, 1:].to_numpy(dtype=object))
+
+        return self._chunks(self.header[1:], fast, exact)
+
+    def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray]]:
+        """(IP codes, timestamp codes, float values) for each chunk of rows; see LongPoints."""
+
+        def chunk(frame: pd.DataFrame, values: np.ndarray) -> tuple[Codes, Codes, np.ndarray]:
+            return _factorize(frame.iloc[:, 0]), _factorize(frame.iloc[:, 1]), values
+
+        return self._chunks(self.header[2:3], lambda f: chunk(f, f.iloc[:, 2].to_numpy(dtype=float)),
+                            lambda f: chunk(f, float_values(f.iloc[:, 2].to_numpy(dtype=object))))
+
+    def cells(self, column: int, rows: np.ndarray) -> list:
+        """The text of one column at the given rows (sorted), read again from the file."""
+        found: list = []
+        start = 0
+        for frame in self._frames(()):
+            end = start + len(frame)
+            found += frame.iloc[rows[(rows >= start) & (rows < end)] - start, column].tolist()
+            start = end
+        return found
+
+    def _chunks(self, numbers: list[str], fast: Callable[[pd.DataFrame], Chunk | None],
+                exact: Callable[[pd.DataFrame], Chunk]) -> Iterator[Chunk]:
+        """`fast` on chunks whose `numbers` columns the C parser read as floats, until a cell is neither a
+        number nor MISSING or `fast` declines a chunk; from that chunk on, `exact` on chunks of text."""
+        done = 0
+        try:
+            for frame in self._frames(numbers):
+                chunk = fast(frame)
+                if chunk is None:
+                    break
+                yield chunk
+                done += 1
+            else:
+                return
+        except ValueError:  # the C parser met a cell that is not a number
+            pass
+        for frame in itertools.islice(self._frames(()), done, None):
+            yield exact(frame)
+
+    def _frames(self, numbers: list[str] | tuple[()]) -> Iterator[pd.DataFrame]:
+        types: dict[str, Any] = {**dict.fromkeys(self.header, object), **dict.fromkeys(numbers, np.float64)}
+        with _readable(self.path, "table", _CSV_ERRORS):
+            with pd.read_csv(self.path, dtype=types, na_values=dict.fromkeys(numbers, MISSING),
+                             chunksize=CHUNK_ROWS, **_TEXT) as reader:
+                for frame in reader:
+                    if len(frame):
+                        yield frame
+
+
+def _factorize(column: pd.Series) -> Codes:
+    codes, uniques = pd.factorize(column.to_numpy(dtype=object), use_na_sentinel=False)
+    return codes, [u if isinstance(u, str) else None for u in uniques]
+
+
+class ParquetFile:
+    """A Parquet table (pyarrow): numeric columns are numbers as stored, text cells read as a CSV's are,
+    each on its own (float_values), anything else NaN."""
+
+    text_cells = False
+
+    def __init__(self, path: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self._errors = (pa.ArrowException, OSError, ValueError)
+        with _readable(path, "table", self._errors):
+            self.header = list(pq.read_schema(path).names)
+
+    def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray]]:
+        for batch in self._batches():
+            values = np.column_stack([_parquet_numbers(column) for column in batch.columns[1:]])
+            yield [ip or "" for ip in _texts(batch.column(0)).to_pylist()], values
+
+    def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray]]:
+        for batch in self._batches():
+            yield _dictionary(batch.column(0)), _dictionary(batch.column(1)), _parquet_numbers(batch.column(2))
+
+    def _batches(self) -> Iterator[Any]:
+        import pyarrow.parquet as pq
+
+        with _readable(self.path, "table", self._errors):
+            # Without pre_buffer, pyarrow holds a row group's pages, not every column chunk it has read.
+            with pq.ParquetFile(self.path, pre_buffer=False) as file:
+                for batch in file.iter_batches(batch_size=CHUNK_ROWS):
+                    if batch.num_rows:
+                        yield batch
+
+
+def _texts(column: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return column if pa.types.is_string(column.type) else pc.cast(column, pa.string())
+
+
+def _dictionary(column: Any) -> Codes:
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(_texts(column), null_encoding="encode")
+    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
+
+
+def _parquet_numbers(column: Any) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        return pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return float_values(np.array(_texts(column).to_pylist(), dtype=object))
+    return np.full(len(column), np.nan)
+
+
+TableFile = CsvFile | ParquetFile

@@ -1,0 +1,41 @@
+"""Execution backends behind one small interface, chosen by name."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+from ..errors import UsageError
+from ..job import RunOptions
+from ..result import Outcome
+from .executor import LocalExecutor
+
+
+class Executor(Protocol):
+    name: str
+
+    def run(self, handler: Callable[[Any], Outcome], tasks: Iterable) -> Iterator[Outcome]: ...
+
+
+def local_settings(options: RunOptions) -> dict:
+    """LocalExecutor's arguments; the ray backend runs a LocalExecutor with them inside each shard."""
+    return dict(workers=options.workers, jobs_per_worker=options.jobs_per_worker, timeout=options.timeout,
+                max_memory_mib=options.max_worker_memory_mib, retries=options.retries)
+
+
+def _ray(options: RunOptions) -> Executor:
+    from .raybackend import RayExecutor  # imports ray itself only when constructed
+
+    return RayExecutor(local_settings(options), address=options.ray_address, shard_size=options.shard_size)
+
+
+BACKENDS: dict[str, Callable[[RunOptions], Executor]] = {
+    "local": lambda options: LocalExecutor(**local_settings(options)),
+    "ray": _ray,
+}
+
+
+def make_executor(options: RunOptions) -> Executor:
+    try:
+        factory = BACKENDS[options.backend]
+    except KeyError:
+        raise UsageError(f"unknown backend {options.backend!r}; choose from {', '.join(sorted(BACKENDS))}") from None
+    return factory(options)

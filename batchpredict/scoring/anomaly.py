@@ -1,0 +1,57 @@
+"""docs/design.md §3 steps 7-8: the std each point is judged by, the bands around the prediction, the verdict."""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..result import Severity
+
+STD_KINDS = ("store", "rolling", "mad")
+MAD_TO_STD = 1.4826  # the median absolute deviation of normal noise, times this, is its std
+_BLOCK = 4096  # windows of residuals reduced at once: a long --since run never holds all of them twice
+
+
+def std_mode(text: str) -> tuple[str, int]:
+    """--std as (kind, N): `store` (0), `rolling:N` or `mad:N`; ValueError saying what is accepted."""
+    kind, _, count = text.partition(":")
+    if kind == "store" and not count:
+        return kind, 0
+    if kind in STD_KINDS[1:] and count.isdecimal() and int(count) >= 2:
+        return kind, int(count)
+    raise ValueError(f"--std takes store, rolling:N or mad:N with N >= 2, not {text!r}")
+
+
+def point_stds(residuals: np.ndarray, store_std: float, kind: str, count: int) -> tuple[np.ndarray, list[str]]:
+    """The std each point is judged by, and where it came from (`store` or the --std mode).
+
+    `rolling:N`: the std (ddof 1, as `train` computes the store's) of the N residuals (observed -
+    predicted) before the point; `mad:N`: 1.4826 x the median of their absolute values, not centred
+    on their median, so a model that drifts off the series widens its own bands instead of flagging
+    every point. A point with fewer than N residuals before it, or N that do not vary, takes the
+    store's std.
+    """
+    stds = np.full(len(residuals), store_std, dtype=float)
+    sources = np.full(len(residuals), "store", dtype=object)
+    if kind != "store" and len(residuals) > count:
+        windows = sliding_window_view(residuals[:-1], count)  # windows[i]: the N before point i + N
+        scales = np.concatenate([_scale(windows[at:at + _BLOCK], kind) for at in range(0, len(windows), _BLOCK)])
+        usable = np.flatnonzero(scales > 0)
+        stds[usable + count], sources[usable + count] = scales[usable], f"{kind}:{count}"
+    return stds, sources.tolist()
+
+
+def _scale(windows: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "rolling":
+        return windows.std(axis=1, ddof=1)
+    return MAD_TO_STD * np.median(np.abs(windows), axis=1)
+
+
+def assess(observed: float, predicted: float, std: float, sigmas: tuple[float, float]
+           ) -> tuple[tuple[float, ...], tuple[float, ...], bool, Severity]:
+    """(lowers, uppers, anomaly, severity). The observed value is compared, not the prediction:
+    the original script's `predicted < lower` could never be true."""
+    lowers = tuple(predicted - k * std for k in sigmas)
+    uppers = tuple(predicted + k * std for k in sigmas)
+    outside = [observed < lo or observed > hi for lo, hi in zip(lowers, uppers)]
+    severity = Severity.CRITICAL if outside[1] else Severity.WARNING if outside[0] else Severity.NORMAL
+    return lowers, uppers, outside[0], severity

@@ -1,0 +1,82 @@
+"""One prediction job (the per-IP algorithm, docs/design.md §3), run inside an isolated worker process."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import JobError, Unsupported, first_line
+from ..io import manifest
+from ..job import Job
+from ..result import Point, Result, Status
+from . import alerting, loading, scalers
+from .anomaly import assess, point_stds, std_mode
+from .features import scored_windows
+from .loading import load_model
+
+# True in workers forked from the lean forkserver (preload/lean.py): no TensorFlow, no scikit-learn
+# to fall back on, so a job that needs either is sent back to run in the TensorFlow pool.
+LEAN = False
+
+
+def run_job(job: Job) -> Result:
+    """Score one IP's points. Never raises: every failure becomes the row's status and one-line error."""
+    result = Result(ip=job.ip, model=job.model, timestamp=job.labels[-1] if job.labels else "")
+    try:
+        _score(job, result)
+    except Unsupported as exc:  # only where LEAN
+        result.reroute = f"{job.ip}: {exc}"
+    except JobError as exc:
+        result.status, result.error = Status(exc.status), str(exc)
+    except Exception as exc:  # noqa: BLE001 - the row says what went wrong; the run goes on
+        result.status, result.error = Status.ERROR, first_line(exc)
+    return result
+
+
+def _score(job: Job, result: Result) -> None:
+    params = job.params
+    result.debug += [f"{note}; run in the TensorFlow pool" for note in job.notes]
+    if job.sealed:  # before anything of the IP's is read
+        manifest.check(job.store, job.sealed, job.model, job.scaler, job.std)
+    path = os.path.join(job.store, job.scaler)
+    # joblib, which runs whatever a pickle holds, only for a trusted store and only in the TensorFlow pool.
+    scaler = (scalers.load_scaler if LEAN else loading.load_scaler)(path) if job.trust else scalers.read_untrusted(path)
+    result.debug.append(f"{job.ip}: {scaler.note}")
+    model = load_model(os.path.join(job.store, job.model), job.engine, lean=LEAN, trust=job.trust)
+    result.engine = model.engine
+    result.debug.append(f"{job.ip}: {job.model}: {model.format}{' ' + model.entry if model.entry else ''}, "
+                        f"timesteps {model.window or 'variable'}{model.note}")
+    window = params.window
+    if model.window is not None and model.window != window:
+        result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")
+        window = model.window
+    kind, count = std_mode(params.std)
+    method = alerting.parse(params.alert) if params.alerting else None
+    start = job.start()
+    # --std rolling:N / mad:N and the alerting stage also score the points before the first one, for their
+    # residuals only: each point's std and alert depend on that many points before it.
+    history = max(count, method.history() if method else 0)
+    positions, inputs, observed = scored_windows(np.asarray(job.values, dtype=float), params.rolling, window,
+                                                 max(0, start - history))
+    # Every point's window in one call: the model, the scaler and the arithmetic are per row.
+    x = scaler.transform(inputs.reshape(-1)).reshape(len(positions), window, 1).astype(np.float32)
+    raw = np.asarray(model.predict(x), dtype=float).reshape(len(positions), -1)
+    predicted = scaler.inverse_transform(raw)[:, 0]
+    finite = np.isfinite(predicted)
+    if not finite.all():
+        raise JobError(Status.ERROR, f"model returned {predicted[~finite][0]} for a finite window")
+    residuals = observed - predicted
+    stds, sources = point_stds(residuals, job.std, kind, count)
+    keep = np.flatnonzero(positions >= start)
+    points = [Point(job.labels[at], seen, guess, std, *assess(seen, guess, std, params.sigmas), source)
+              for at, seen, guess, std, source in zip(positions[keep].tolist(), observed[keep].tolist(),
+                                                      predicted[keep].tolist(), stds[keep].tolist(),
+                                                      [sources[i] for i in keep.tolist()])]
+    if method:
+        limit = params.sigmas[1] * stds  # the seed's critical band, the fallback where history is short
+        critical = (observed < predicted - limit) | (observed > predicted + limit)
+        alert, score, judged = alerting.alerts(residuals, critical, job.std, method)
+        for point, flag, value, by in zip(points, alert[keep].tolist(), score[keep].tolist(), judged[keep].tolist()):
+            point.alert, point.score = flag, value if by else None
+            point.alert_source = method.name if by else "severity"
+    result.points = points

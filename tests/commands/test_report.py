@@ -1,0 +1,185 @@
+"""The HTML report of a run with every status: counts, failures, one valid plot per anomaly, in Chromium."""
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import read_out, run_cli
+from PIL import Image
+
+from batchpredict.commands.report import build_report
+from batchpredict.result import Status
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class Page(HTMLParser):
+    """Image sources and alts, and the text of every table cell, in order."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.images: dict[str, str] = {}
+        self.cells: list[str] = []
+        self._cell: list[str] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images[attrs["alt"]] = attrs["src"]
+        if tag == "td":
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self.cells.append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+@pytest.fixture(scope="module")
+def report(every_status_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report"
+    done = build_report(str(every_status_run.out), str(every_status_run.table), str(out))
+    return done, out, Page((out / "index.html").read_text())
+
+
+def test_every_status_is_counted_and_every_anomaly_plotted(every_status_run, report):
+    done, out, page = report
+    frame = read_out(every_status_run.out)
+    counts = frame["status"].value_counts()
+    for status in Status:  # status cell, then its count
+        at = page.cells.index(status.value)
+        assert page.cells[at + 1] == str(counts[status.value])
+    anomalous = set(frame.loc[frame["anomaly"] == "true", "ip"])
+    assert anomalous == {every_status_run.warning, every_status_run.critical}
+    assert set(page.images) == anomalous and done.plots == done.anomalies == done.anomalous_ips == 2
+    for src in page.images.values():
+        with Image.open(out / src) as image:
+            image.verify()
+            assert image.format == "PNG" and image.size == (800, 320)
+    failed = frame[frame["status"].map(lambda s: Status(s).failed)]
+    for row in failed.itertuples():  # each failure listed with its error
+        at = page.cells.index(row.ip)
+        assert page.cells[at + 1] == row.status and page.cells[at + 2] == row.error
+
+
+def test_the_critical_one_comes_first_and_ids_are_escaped(every_status_run, report):
+    _, out, page = report
+    text = (out / "index.html").read_text()
+    assert text.index(every_status_run.critical) < text.index(every_status_run.warning)
+    assert "../etc/passwd" in page.cells and not re.search(r"src=\"[^\"]*[:/]{2}", text)  # IPv6 file name is safe
+
+
+def test_top_limits_the_plots_and_old_plots_go(every_status_run, tmp_path):
+    out = tmp_path / "r"
+    build_report(str(every_status_run.out), str(every_status_run.table), str(out))
+    done = build_report(str(every_status_run.out), str(every_status_run.table), str(out), top=1)
+    assert done.plots == 1 and len(list((out / "plots").glob("*.png"))) == 1
+    assert "1 more anomalous IPs without a plot" in (out / "index.html").read_text()
+
+
+def test_report_never_imports_tensorflow(every_status_run, tmp_path):
+    done = run_cli("report", "--results", every_status_run.out, "--data", every_status_run.table, "--out",
+                   tmp_path / "r", "-q")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("batchpredict report: 14 IPs, 2 anomalous points in 2 IPs, 2 plots")
+    code = ("import sys, batchpredict.commands.report as r; r.build_report(*sys.argv[1:]); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
+    probe = subprocess.run([sys.executable, "-c", code, str(every_status_run.out), str(every_status_run.table),
+                            str(tmp_path / "r2")], capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0 and probe.stdout.strip() == "[]", probe.stderr
+
+
+@pytest.mark.parametrize("results, message", [("missing.csv", "results not found"), ("t.csv", "not a batchpredict")])
+def test_unusable_results_exit_2(every_status_run, tmp_path, results, message):
+    (tmp_path / "t.csv").write_text("a,b\n1,2\n")
+    done = run_cli("report", "--results", tmp_path / results, "--data", every_status_run.table, "--out", tmp_path / "r")
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def rendered_body(page: Path, tmp_path: Path) -> dict[str, str]:
+    """The <body> attributes after Chromium loaded the page and its self-check ran."""
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                           "--disable-sync", f"--user-data-dir={tmp_path / 'chromium'}",
+                           "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=90)
+    body = re.search(r"<body([^>]*)>", done.stdout)
+    assert body, done.stderr[-2000:]
+    return dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
+@pytest.mark.timeout(200)
+def test_chromium_loads_every_image_without_js_errors(report, tmp_path):
+    _, out, page = report
+    copy = Path(shutil.copytree(out, tmp_path / "copy"))
+    body = rendered_body(copy / "index.html", tmp_path)
+    assert body.get("data-images-ok") == "true" and body["data-js-errors"] == "0", body
+    assert body["data-images"] == str(len(page.images))
+    # The check can fail: a missing plot and a script error are both seen.
+    missing = next(iter(page.images.values()))
+    (copy / missing).unlink()
+    html = (copy / "index.html").read_text()
+    (copy / "index.html").write_text(html.replace("</body>", "<script>undefinedCall();</script></body>"))
+    body = rendered_body(copy / "index.html", tmp_path)
+    assert body["data-images-ok"] == "false" and body["data-broken-images"] == missing
+    assert body["data-js-errors"] == "1"
+
+
+def test_a_points_run_gets_one_plot_per_anomalous_ip_and_every_flagged_point_listed(base_store, tmp_path):
+    from conftest import BASE_IPS, series_for, wide_table
+
+    from batchpredict import Params, predict_table
+
+    data = {ip: series_for(ip) for ip in BASE_IPS[:3]}
+    data[BASE_IPS[0]][[33, 38]] += 1500  # two runs of flagged points (each lifts 5 smoothed values)
+    data[BASE_IPS[1]][39] += 1500
+    table, out = wide_table(tmp_path / "t.csv", data), tmp_path / "a.csv"
+    predict_table(str(table), str(base_store), str(out), params=Params(points=8))
+    frame = read_out(out)
+    flagged = frame[frame["anomaly"] == "true"]
+    anomalous = set(flagged["ip"])
+    assert len(frame) == 24 and {BASE_IPS[0], BASE_IPS[1]} <= anomalous and (flagged["ip"] == BASE_IPS[0]).sum() > 3
+    done = build_report(str(out), str(table), str(tmp_path / "r"))
+    page = Page((tmp_path / "r" / "index.html").read_text())
+    assert (done.ips, done.anomalies, done.anomalous_ips, done.plots) == (3, len(flagged), len(anomalous),
+                                                                         len(anomalous))
+    assert set(page.images) == anomalous
+    assert page.cells[page.cells.index("ok") + 1] == "3"  # IPs, not rows
+    listed = {(page.cells[i], page.cells[i + 2]) for i, cell in enumerate(page.cells[:-2])
+              if cell in anomalous and page.cells[i + 1] in ("warning", "critical")}
+    assert listed == set(zip(flagged["ip"], flagged["timestamp"]))
+    for src in page.images.values():
+        with Image.open(tmp_path / "r" / src) as image:
+            image.verify()
+    peaks, previous = [], None  # events by hand: a flagged row after a flagged row of the same IP goes on
+    for row in frame.itertuples():
+        if row.anomaly == "true":
+            if previous is not None and previous.anomaly == "true" and previous.ip == row.ip:
+                peaks[-1] = max(peaks[-1], row.severity, key=["warning", "critical"].index)
+            else:
+                peaks.append(row.severity)
+        previous = row
+    for severity in ("warning", "critical"):  # its points, then its events
+        at = page.cells.index(severity)
+        assert page.cells[at + 1:at + 3] == [str((flagged["severity"] == severity).sum()), str(peaks.count(severity))]
+    assert len(peaks) < len(flagged)
+
+
+def test_a_parquet_table_plots_as_its_csv_does(every_status_run, tmp_path):
+    table = tmp_path / "stats.parquet"
+    pd.read_csv(every_status_run.table, dtype=str, keep_default_na=False).to_parquet(table, index=False)
+    from_csv = build_report(str(every_status_run.out), str(every_status_run.table), str(tmp_path / "csv"))
+    from_parquet = build_report(str(every_status_run.out), str(table), str(tmp_path / "parquet"))
+    assert from_parquet.plots == from_csv.plots == 2
+    assert sorted(p.name for p in (tmp_path / "parquet" / "plots").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "csv" / "plots").iterdir())

@@ -1,0 +1,99 @@
+import json
+import os
+
+import pytest
+
+from batchpredict.errors import JobError, UsageError
+from batchpredict.io.store import Store
+
+
+@pytest.fixture
+def root(tmp_path):
+    for sub in ("model", "sc", "std"):
+        (tmp_path / sub).mkdir()
+    (tmp_path / "std" / "std.json").write_text(json.dumps({"a": 1.0, "b": 2, "bad": "x", "2001:db8::1": 3.0}))
+    for ip in ("a", "b", "bad", "2001:db8::1"):
+        (tmp_path / "sc" / f"{ip}.save").write_bytes(b"")
+    return tmp_path
+
+
+def status_of(store, ip):
+    with pytest.raises(JobError) as err:
+        store.artefacts(ip)
+    return err.value.status, str(err.value)
+
+
+def test_finds_each_format(root):
+    (root / "model" / "a.h5").write_bytes(b"")
+    (root / "model" / "b").mkdir()
+    (root / "model" / "b" / "saved_model.pb").write_bytes(b"")
+    (root / "model" / "2001:db8::1.keras").write_bytes(b"")
+    store = Store(str(root))
+    assert store.artefacts("a").model == os.path.join("model", "a.h5")
+    assert store.artefacts("b").model == os.path.join("model", "b")
+    assert store.artefacts("2001:db8::1").std == 3.0
+
+
+def test_two_artefacts_is_a_load_error_naming_both(root):
+    (root / "model" / "a.h5").write_bytes(b"")
+    (root / "model" / "a.keras").write_bytes(b"")
+    status, message = status_of(Store(str(root)), "a")
+    assert status == "load_error" and "a.h5" in message and "a.keras" in message
+
+
+@pytest.mark.parametrize("ip", ["", "../etc/passwd", "a/b", ".hidden", "-rf", "a b", "x" * 256])
+def test_invalid_ids(root, ip):
+    assert status_of(Store(str(root)), ip)[0] == "invalid_input"
+
+
+def test_symlink_out_of_the_store_is_refused(root, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside") / "evil.h5"
+    outside.write_bytes(b"")
+    (root / "model" / "a.h5").symlink_to(outside)
+    assert status_of(Store(str(root)), "a")[0] == "invalid_input"
+
+
+def test_missing_pieces_are_no_model(root):
+    (root / "model" / "c.h5").write_bytes(b"")
+    store = Store(str(root))
+    assert status_of(store, "zz")[0] == "no_model"
+    assert "scaler" in status_of(store, "c")[1]
+    (root / "sc" / "c.save").write_bytes(b"")
+    assert "scaler" in status_of(store, "c")[1]  # the store was listed when it was opened
+    assert "std.json" in status_of(Store(str(root)), "c")[1]
+
+
+def test_bad_std_value_is_load_error(root):
+    (root / "model" / "bad.h5").write_bytes(b"")
+    assert status_of(Store(str(root)), "bad")[0] == "load_error"
+
+
+def test_missing_store_and_broken_std_json(tmp_path):
+    with pytest.raises(UsageError):
+        Store(str(tmp_path / "none"))
+    (tmp_path / "std").mkdir()
+    (tmp_path / "std" / "std.json").write_text("{not json")
+    with pytest.raises(UsageError):
+        Store(str(tmp_path))
+
+
+def test_a_folder_that_is_a_link_out_of_the_store_takes_every_id_along(root, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere")
+    (outside / "a.h5").write_bytes(b"")
+    (root / "model").rmdir()
+    (root / "model").symlink_to(outside)
+    store = Store(str(root))
+    assert status_of(store, "a") == ("invalid_input", "model/a.h5 resolves outside the store")
+    assert status_of(store, "zz")[0] == "invalid_input"  # nothing there for it: the path still leaves
+
+
+def test_links_inside_the_store_are_followed(root):
+    (root / "models-real").mkdir()
+    (root / "models-real" / "saved_model.pb").write_bytes(b"")
+    (root / "model" / "a").symlink_to(root / "models-real")
+    (root / "sc" / "b.save").unlink()
+    (root / "sc" / "b.save").symlink_to(root / "sc" / "a.save")
+    (root / "model" / "b.keras").write_bytes(b"")
+    store = Store(str(root))
+    assert store.artefacts("a").model == os.path.join("model", "a")
+    assert store.artefacts("b").scaler == os.path.join("sc", "b.save")

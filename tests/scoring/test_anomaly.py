@@ -1,0 +1,50 @@
+import statistics
+
+import numpy as np
+import pytest
+
+from batchpredict.scoring import anomaly
+from batchpredict.scoring.anomaly import assess, point_stds, std_mode
+
+
+@pytest.mark.parametrize("observed, anomaly, severity", [
+    (100.0, False, "normal"), (103.9, False, "normal"), (104.1, True, "warning"), (95.9, True, "warning"),
+    (108.1, True, "critical"), (91.9, True, "critical"),
+])
+def test_observed_is_compared_with_the_bands(observed, anomaly, severity):
+    lowers, uppers, flagged, level = assess(observed, 100.0, 2.0, (2, 4))
+    assert lowers == (96.0, 92.0) and uppers == (104.0, 108.0)
+    assert flagged is anomaly and level.value == severity
+
+
+@pytest.mark.parametrize("text, mode", [("store", ("store", 0)), ("rolling:288", ("rolling", 288)),
+                                        ("mad:2", ("mad", 2))])
+def test_std_modes(text, mode):
+    assert std_mode(text) == mode
+
+
+@pytest.mark.parametrize("text", ["", "rolling", "rolling:1", "mad:x", "store:3", "ewm:5", "rolling:-4"])
+def test_bad_std_modes_say_what_is_accepted(text):
+    with pytest.raises(ValueError, match="store, rolling:N or mad:N"):
+        std_mode(text)
+
+
+@pytest.mark.parametrize("kind", ["rolling", "mad"])
+def test_each_point_takes_the_scale_of_the_n_residuals_before_it(kind, monkeypatch):
+    monkeypatch.setattr(anomaly, "_BLOCK", 3)  # several blocks, so their seams are checked too
+    residuals = np.random.default_rng(7).normal(0, 3, 30)
+    residuals[[12, 13]] = [40.0, -35.0]  # outliers, which the MAD shrugs off and the std does not
+    stds, sources = point_stds(residuals, 9.5, kind, 5)
+    assert stds[:5].tolist() == [9.5] * 5 and sources[:5] == ["store"] * 5  # fewer than 5 before them
+    for i in range(5, 30):
+        before = residuals[i - 5:i].tolist()
+        by_hand = (statistics.stdev(before) if kind == "rolling"
+                   else 1.4826 * statistics.median(abs(r) for r in before))
+        assert stds[i] == pytest.approx(by_hand, rel=1e-12) and sources[i] == f"{kind}:5"
+
+
+def test_residuals_that_do_not_vary_leave_the_store_std():
+    stds, sources = point_stds(np.r_[np.full(6, 2.0), 5.0, 1.0], 1.5, "rolling", 3)
+    assert stds.tolist() == [1.5] * 7 + [pytest.approx(np.std([2.0, 2.0, 5.0], ddof=1))]
+    assert sources == ["store"] * 7 + ["rolling:3"]
+    assert point_stds(np.zeros(5), 1.5, "store", 0)[1] == ["store"] * 5
