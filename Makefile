@@ -14,7 +14,7 @@ NAB     ?= ../shared/data/nab
 
 PYTEST_MARK := $(if $(SLOW),,-m "not slow")
 
-.PHONY: install predict report train test bench bench-scale soak clean nab
+.PHONY: install predict report train test lint bench bench-scale soak clean nab
 
 install: $(STAMP)
 
@@ -43,6 +43,12 @@ nab: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q $(PYTEST_MARK) $(TESTS)
+
+# The layers (import-linter contracts in pyproject.toml, docs/design.md §6), then ruff and mypy on batchpredict/.
+lint: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/ruff check
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py
