@@ -11,8 +11,8 @@ from typing import Any
 _PUBLIC = {
     "predict_table": "commands.predict", "build_report": "commands.report", "write_metrics": "metrics",
     "RunOptions": "job", "Params": "job", "Job": "job", "Outcome": "result", "Result": "result", "Point": "result",
-    "Status": "result", "Severity": "result", "BatchPredictError": "errors", "UsageError": "errors", "LockHeld": "errors",
-    "Interrupted": "errors", "JobError": "errors", "Unsupported": "errors",
+    "Status": "result", "Severity": "result", "BatchPredictError": "errors", "UsageError": "errors",
+    "LockHeld": "errors", "Interrupted": "errors", "JobError": "errors", "Unsupported": "errors",
 }
 __all__ = list(_PUBLIC)
 

@@ -310,14 +310,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_store_check(args: argparse.Namespace) -> int:
-    from .commands.inspection import COLUMNS, check_store, format_table, report_rows
+    from .commands.inspection import COLUMNS, check_store, report_rows
+    from .io.output import aligned
     from .job import RunOptions
 
     rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,
                                                max_worker_memory_mib=args.max_worker_memory, retries=args.retries,
                                                engine=args.engine, trust_store=args.trust_store),
                              verify=args.verify, window=args.window)
-    print(format_table(COLUMNS, report_rows(rows, args.window)))
+    print(aligned(COLUMNS, report_rows(rows, args.window)))
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.status.value] = counts.get(row.status.value, 0) + 1

@@ -20,9 +20,14 @@ class Params:
     alert: str = "likelihood"  # the alerting stage's method (alerting.parse), or none; only with several points
 
     @property
+    def several(self) -> bool:
+        """Each series scores more than its last point (--points N > 1, --since): its points have events."""
+        return self.points > 1 or self.since is not None
+
+    @property
     def alerting(self) -> bool:
-        """Alerts are given where a series has several scored points (--points N > 1, --since)."""
-        return self.alert != "none" and (self.points > 1 or self.since is not None)
+        """Alerts are given where a series has several scored points."""
+        return self.alert != "none" and self.several
 
 
 ENGINES = ("auto", "numpy", "keras")  # RunOptions.engine: who computes the forward pass
@@ -70,7 +75,7 @@ class Job:
         """The index of the first point to score."""
         return max(0, len(self.values) + self.first) if self.first < 0 else self.first
 
-    def rerouted(self, reason: str) -> "Job":
+    def rerouted(self, reason: str) -> Job:
         """The job for the TensorFlow pool, after a lean worker found it could not run it."""
         return dataclasses.replace(self, pool="full", notes=(*self.notes, reason))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import IO
 
 FORMATS = ("text", "json")
@@ -18,7 +18,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object a line; structured values passed as `extra={"fields": {...}}` become keys."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+        entry = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
                  "level": record.levelname, "logger": record.name, "message": record.getMessage()}
         entry.update(getattr(record, "fields", None) or {})
         if record.exc_info:

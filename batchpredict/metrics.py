@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .errors import BatchPredictError
-from .io.output import write_atomic
+from .io.files import write_atomic
 from .result import Severity, Status
 
 PREFIX = "batchpredict"

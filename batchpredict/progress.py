@@ -29,7 +29,8 @@ def is_terminal(stream: IO[str]) -> bool:
 
 def terminal_size(stream: IO[str]) -> tuple[int, int]:
     try:
-        return tuple(os.get_terminal_size(stream.fileno()))
+        size = os.get_terminal_size(stream.fileno())
+        return size.columns, size.lines
     except (AttributeError, ValueError, OSError):
         return 0, 0
 
@@ -41,7 +42,8 @@ class Progress:
         self.enabled = enabled
         self.interval = interval
         self.stream = stream or sys.stderr
-        self.total = self.done = self.anomalies = self.failed = 0
+        self.done = self.anomalies = self.failed = 0
+        self.total: int | None = 0
         self.started = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -49,7 +51,7 @@ class Progress:
         self._bar: tqdm | None = None
         self._cleanup = contextlib.ExitStack()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -66,7 +66,7 @@ class Point:
         return {name: getattr(self, name) for name in self.__slots__}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Point":
+    def from_dict(cls, d: dict) -> Point:
         return cls(**{**d, "severity": Severity(d["severity"]), "lower": tuple(d["lower"]),
                       "upper": tuple(d["upper"])})
 
@@ -95,5 +95,5 @@ class Result(Outcome):
         return {**vars(self), "points": [point.to_dict() for point in self.points]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Result":
+    def from_dict(cls, d: dict) -> Result:
         return cls(**{**d, "status": Status(d["status"]), "points": [Point.from_dict(p) for p in d.get("points", ())]})

@@ -21,7 +21,7 @@ import math
 import sys
 from pathlib import Path
 
-from batchpredict.io.output import write_atomic
+from batchpredict.io.files import write_atomic
 
 
 def convert(folder: str, out: str, head: float = 1.0) -> dict[str, int]:

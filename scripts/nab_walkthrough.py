@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from batchpredict.commands.evaluation.nab import normalised
-from batchpredict.commands.inspection import format_table
+from batchpredict.io.output import aligned
 from batchpredict.job import Params
 from batchpredict.scoring.alerting import parse
 
@@ -130,7 +130,7 @@ def walk(nab: Path, out: Path) -> None:
           f"{TARGET_RECALL:.0%} event recall (every threshold: {out}/sweep-*.txt):\n")
     print(describe(choose(totals(rows), "setting")))
     print("\n2-fold check by host: the setting chosen (as above) on one half of the hosts, scored on the other:\n")
-    print(format_table(FOLD_COLUMNS, two_fold(rows)))
+    print(aligned(FOLD_COLUMNS, two_fold(rows)))
 
 
 def per_host(out: Path) -> pd.DataFrame:
@@ -184,7 +184,7 @@ def threshold(setting: str, value: float) -> str:
 
 
 def describe(sums: pd.DataFrame) -> str:
-    return format_table(["detector", "threshold", "recall", "FA points/host-day", "FA events/host-day", "NAB"],
+    return aligned(["detector", "threshold", "recall", "FA points/host-day", "FA events/host-day", "NAB"],
                         [[r.setting, threshold(r.setting, r.threshold), _recall(r), f"{r.fa_points_per_day:.1f}",
                           f"{r.fa_events_per_day:.2f}", f"{r.nab_score:.1f}"] for r in sums.itertuples()])
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class CheckTask:
     trust: bool = False  # RunOptions.trust_store: joblib reads the scaler, Keras loads Lambda layers
     sealed: dict | None = None  # the IP's manifest.json entry
     std: float | None = None
+    pool = "full"  # a check loads what the lean pool cannot, and --verify runs Keras
 
     def failed(self, status: Status, error: str) -> CheckResult:
         return CheckResult(ip=self.ip, status=status, error=error, model=self.model, problems=[error])
@@ -154,7 +156,8 @@ def _plan(store: Store, ip: str) -> tuple[CheckResult, CheckTask | None]:
     except JobError as exc:
         row.status, row.problems = Status(exc.status), [str(exc)]
         return row, None
-    found, statuses = {}, []
+    found: dict[str, Any] = {}
+    statuses: list[Status] = []
     for name, lookup in (("model", store.model), ("scaler", store.scaler), ("std", store.std),
                          ("sealed", store.sealed)):
         try:
@@ -177,10 +180,3 @@ def report_rows(rows: list[CheckResult], window: int) -> list[list[str]]:
 
     return [[r.ip, r.status.value, r.model, r.format, r.keras_version, r.runtime, timesteps(r), r.engine, r.pool,
              r.verify, r.scaler, r.error] for r in rows]
-
-
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-    """Aligned columns; an empty cell shows as '-'."""
-    cells = [header] + [[c or "-" for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header) - 1)]
-    return "\n".join("  ".join([c.ljust(w) for c, w in zip(row, widths)] + [row[-1]]) for row in cells)

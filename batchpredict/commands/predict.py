@@ -15,8 +15,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
-from typing import Callable, Iterable, Iterator, NoReturn
+from typing import NoReturn
 
 import numpy as np
 import pandas as pd
@@ -24,11 +25,12 @@ import pandas as pd
 from ..errors import Interrupted, JobError, UsageError
 from ..io import output
 from ..io.journal import Journal, Lock, fingerprint
-from ..io.store import MODEL_SUFFIXES, Store
+from ..io.store import Store
 from ..io.table import Series, Table
 from ..job import ENGINES, Job, Params, RunOptions
 from ..result import Result, Status
 from ..runtime.backend import make_executor
+from ..runtime.forkserver import pool_for
 from ..scoring import alerting
 from ..scoring.anomaly import std_mode
 from ..scoring.prediction import run_job
@@ -136,10 +138,8 @@ class Plan:
         sealed = self.store.sealed(series.ip, self.allow_unsealed)
         if np.isnan(series.values).all():  # no process needed to say so
             raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
-        # The numpy engine reads files; a SavedModel directory goes straight to the TensorFlow pool.
-        lean = self.engine != "keras" and found.model.endswith(MODEL_SUFFIXES)
         return Job(series.ip, series.labels, series.values.tolist(), self.store.root, found.model, found.scaler,
-                   found.std, self.params, self.engine, "lean" if lean else "full", first=self.first(series),
+                   found.std, self.params, self.engine, pool_for(found.model, self.engine), first=self.first(series),
                    trust=self.trust, sealed=sealed)
 
 
@@ -156,7 +156,7 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
     rows = _rows(params, cells=True)
     info = _run(data, models, out, params, options, rows, on_result, on_start)
     frame = rows.frame()
-    frame.attrs["summary"], frame.attrs["events"] = info, output.events(frame)
+    frame.attrs["summary"], frame.attrs["events"] = info, rows.events_frame()
     return frame
 
 
@@ -168,9 +168,11 @@ def predict(data: str, models: str, out: str, params: Params = Params(), options
 
 
 def _rows(params: Params, cells: bool = False) -> output.Rows:
-    """The run's rows; an events file only where an IP has several points (--points N, --since)."""
+    """The run's rows, and their events where they are wanted: in predict_table's frame, and in an events
+    file where an IP has several points (--points N, --since)."""
     return output.Rows(params.sigmas, cells, std_source=params.std != "store",
-                       events=params.points > 1 or params.since is not None, alert=params.alerting)
+                       events=cells or params.several, alert=params.alerting)
+
 
 
 def _run(data: str, models: str, out: str | None, params: Params, options: RunOptions, rows: output.Rows,
@@ -220,16 +222,17 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
                 journal.close(remove=True)
             raise
         plan.settle_duplicates()
-        info = output.summary(rows.counts(), plan.jobs, time.monotonic() - started, peak_rss_mib(),
-                              backend=executor.name, workers=options.workers,
-                              jobs_per_worker=options.jobs_per_worker, engine=options.engine,
-                              skipped=plan.skipped, last_label=table.last_label(),
-                              timings=_timings(plan, started, cpu), versions=versions())
+        info = rows.summary(plan.jobs, time.monotonic() - started, peak_rss_mib(),
+                            backend=executor.name, workers=options.workers,
+                            jobs_per_worker=options.jobs_per_worker, engine=options.engine,
+                            skipped=plan.skipped, last_label=table.last_label(),
+                            timings=_timings(plan, started, cpu), versions=versions())
         if out:
             rows.write_csv(out)
-            if rows.keeps_events:
+            if params.several:
                 rows.write_events(out + ".events.csv")
             output.write_summary(out + ".summary.json", info)
+        if journal:
             journal.close(remove=True)
     return info
 
@@ -249,9 +252,8 @@ def _timings(plan: Plan, started: float, cpu: float) -> dict:
 def peak_rss_mib() -> float:
     """This process's peak resident memory: the high-water mark of its own pages (VmHWM). ru_maxrss starts
     from the parent's RSS at fork, so a coordinator started by a large process would report that one's."""
-    with contextlib.suppress(OSError, ValueError, StopIteration):
-        with open("/proc/self/status") as fh:
-            return int(next(line for line in fh if line.startswith("VmHWM:")).split()[1]) / 1024
+    with contextlib.suppress(OSError, ValueError, StopIteration), open("/proc/self/status") as fh:
+        return int(next(line for line in fh if line.startswith("VmHWM:")).split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -18,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import JobError, UsageError
-from ..io.output import events, write_atomic
+from ..io.files import write_atomic
+from ..io.output import events
 from ..io.table import read_table
 from ..io.tablefile import read_text_csv
 from ..job import Params
@@ -172,7 +174,7 @@ def _anchor(src: str) -> str:
     return os.path.splitext(os.path.basename(src))[0]  # plot_name() made it safe
 
 
-def _table(headers: list[str], rows: list[list[object]], css: str = "") -> str:
+def _table(headers: list[str], rows: Sequence[Sequence[object]], css: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

@@ -14,14 +14,16 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any
 
 import numpy as np
 
 from ..errors import JobError, UsageError, first_line
 from ..io import manifest
-from ..io.output import write_atomic, write_rows
+from ..io.files import replaced, write_atomic
+from ..io.output import write_rows
 from ..io.store import MODEL_SUFFIXES, Store
 from ..io.table import read_table
 from ..job import Params, RunOptions
@@ -55,6 +57,7 @@ class TrainJob:
     epochs: int = 30
     holdout: float = 0.2
     seed: int = 0
+    pool = "full"  # training needs TensorFlow
 
     def failed(self, status: Status, error: str) -> TrainResult:
         return TrainResult(ip=self.ip, status=status, error=error)
@@ -103,9 +106,10 @@ def _train(job: TrainJob) -> TrainResult:
     window = job.params.window
     smoothed = rolling_series(np.asarray(job.values, dtype=float), job.params.rolling)
     scaler = MinMaxScaler().fit(smoothed.reshape(-1, 1))
-    x, y = windows(scaler.transform(smoothed.reshape(-1, 1)).ravel(), window) if len(smoothed) > window else (None, None)
-    held = int(round(len(x) * job.holdout)) if x is not None else 0
-    if x is None or held < 2 or len(x) - held < 2:
+    scaled = scaler.transform(smoothed.reshape(-1, 1)).ravel()
+    x, y = windows(scaled, window) if len(smoothed) > window else (np.zeros((0, window, 1)), np.zeros(0))
+    held = int(round(len(x) * job.holdout))
+    if held < 2 or len(x) - held < 2:
         raise JobError(Status.INSUFFICIENT_DATA, f"{len(job.values)} values are too few to train with window "
                                                  f"{window} and holdout {job.holdout}")
     fit_x, fit_y, hold_x, hold_y = x[:-held], y[:-held], x[-held:], y[-held:]
@@ -138,18 +142,17 @@ def _save_model(model, job: TrainJob) -> str:  # noqa: ANN001
     folder = os.path.join(job.store, "model")
     os.makedirs(folder, exist_ok=True)
     final = os.path.join(folder, job.ip if job.format == "savedmodel" else f"{job.ip}.{job.format}")
-    staging = tempfile.mkdtemp(dir=folder, prefix=f".{job.ip}.")
-    try:
-        if job.format == "savedmodel":
+    if job.format == "savedmodel":
+        staging = tempfile.mkdtemp(dir=folder, prefix=f".{job.ip}.")
+        try:
             built = os.path.join(staging, "export")
             model.export(built, verbose=False)
             _replace_dir(built, final)
-        else:
-            built = os.path.join(staging, os.path.basename(final))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    else:
+        with replaced(final, keep_suffix=True) as built:
             model.save(built)
-            os.replace(built, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     # Exactly one artefact per IP: a model retrained in another format replaces the old one.
     for other in [os.path.join(folder, job.ip + s) for s in MODEL_SUFFIXES] + [os.path.join(folder, job.ip)]:
         if other != final:
@@ -176,14 +179,8 @@ def _replace_dir(new: str, final: str) -> None:
 def _save_scaler(scaler, path: str) -> None:  # noqa: ANN001
     import joblib
 
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".scaler.")
-    os.close(fd)
-    try:
+    with replaced(path) as tmp:
         joblib.dump(scaler, tmp)
-        os.replace(tmp, path)
-    finally:
-        _unlink(tmp)
 
 
 @contextlib.contextmanager
@@ -254,9 +251,10 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
 
 def write_report(results: list[TrainResult], path: str) -> None:
     """Updates the report: rows of IPs trained now replace their old rows, other IPs' rows stay."""
-    rows = {r.ip: [r.ip, r.status.value, r.error, r.model, r.epochs, r.train_loss, r.holdout_loss, r.std,
-                   None if r.duration_ms is None else round(r.duration_ms, 1), r.worker_peak_rss_mib]
-            for r in results}
+    rows: dict[str, list[Any]] = {
+        r.ip: [r.ip, r.status.value, r.error, r.model, r.epochs, r.train_loss, r.holdout_loss, r.std,
+               None if r.duration_ms is None else round(r.duration_ms, 1), r.worker_peak_rss_mib]
+        for r in results}
     if os.path.exists(path):
         with open(path, newline="") as fh:
             old = {line[0]: line for line in list(csv.reader(fh))[1:] if line}

@@ -32,7 +32,7 @@ class Journal:
     def open(self, resume: bool) -> dict[str, Result]:
         """Start the journal; with `resume`, return the results it already holds."""
         done = self._read() if resume and os.path.exists(self.path) else {}
-        self._fh = open(self.path, "a" if done else "w")
+        self._fh = open(self.path, "a" if done else "w")  # noqa: SIM115 - open for the run; close() closes it
         if not done:
             self._write({"journal": 1, "fingerprint": self.fingerprint})
         return done
@@ -82,7 +82,7 @@ class Lock:
         self.path = path
         self._fd: int | None = None
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

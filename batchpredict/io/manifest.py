@@ -15,6 +15,7 @@ from importlib import metadata
 
 from ..errors import JobError, UsageError
 from ..result import Status
+from .files import write_atomic
 
 FILE = "manifest.json"
 _CHUNK = 1 << 20
@@ -54,8 +55,6 @@ def files_of(root: str, model: str, scaler: str) -> list[str]:
 
 def write(root: str, entries: dict[str, dict], keep: bool = False) -> str:
     """Write the manifest atomically (with `keep`, over the entries of the one there); its path."""
-    from .output import write_atomic  # pandas: not for the workers, which only check
-
     entries = {**(read(root) or {}), **entries} if keep else entries
     document = {"written_by": f"batchpredict {_version()}", "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "ips": dict(sorted(entries.items()))}

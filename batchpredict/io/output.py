@@ -4,16 +4,15 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import os
-import tempfile
 from array import array
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..result import Point, Result, Status
 from .events import RANK, collapse, distance, event_columns, event_names
+from .files import write_atomic
 
 ALERT_COLUMNS = ["alert", "score", "alert_source"]  # appended where the alerting stage runs (Params.alerting)
 
@@ -36,12 +35,13 @@ def rows(result: Result, std_source: bool = False, alert: bool = False) -> list[
 def row(result: Result, point: Point | None, std_source: bool = False, alert: bool = False) -> list[Any]:
     """One point of the result as CSV cells; None is an empty cell, floats keep full precision."""
     if point is None:
-        values = [result.timestamp] + [None] * (9 + std_source)
+        values: list[Any] = [result.timestamp] + [None] * (9 + std_source)
         alerts: list[Any] = [None] * len(ALERT_COLUMNS)
     else:
         anomaly = "true" if point.anomaly else "false"
+        bands = [v for pair in zip(point.lower, point.upper, strict=True) for v in pair]
         values = [point.timestamp, point.observed, point.predicted, point.std, *[point.std_source] * std_source,
-                  *[v for pair in zip(point.lower, point.upper) for v in pair], anomaly, point.severity.value]
+                  *bands, anomaly, point.severity.value]
         alerts = [None if point.alert is None else "true" if point.alert else "false", point.score,
                   point.alert_source]
     return [result.ip, *values, result.status.value, result.error, result.model, result.attempts,
@@ -72,7 +72,14 @@ def result_events(result: Result, alert: bool = False) -> list[list[Any]]:
                           np.array([p.anomaly for p in points]),
                           np.array([bool(p.alert) for p in points]) if alert else None)
     return [[("true" if cell else "false") if isinstance(cell, bool) else cell for cell in cells]
-            for cells in zip(*(found[c].tolist() for c in event_names(alert)))]
+            for cells in zip(*(found[c].tolist() for c in event_names(alert)), strict=True)]
+
+
+def aligned(header: list[str], rows: list[list[str]]) -> str:
+    """A table as aligned text columns for a terminal; an empty cell shows as '-'."""
+    cells = [header] + [[c or "-" for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header) - 1)]
+    return "\n".join("  ".join([c.ljust(w) for c, w in zip(row, widths, strict=False)] + [row[-1]]) for row in cells)
 
 
 def write_rows(path: str, header: list[str], rows: list[list[Any]]) -> None:
@@ -184,11 +191,18 @@ class Rows:
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([cells for position in self._rows for cells in position], columns=self.header)
 
-    def counts(self) -> dict:
-        """The summary's counts, each in order of first appearance in the table."""
+    def events_frame(self) -> pd.DataFrame:
+        """The events file as a DataFrame (kept events, as cells), in table order then time order."""
+        return pd.DataFrame([cells for position in self._events for cells in position], columns=self.events_header)
+
+    def summary(self, executed: int, wall_s: float, coordinator_peak_mib: float, **extra: Any) -> dict:
+        """The run's summary.json: what the rows hold (per IP: `ips`, `status`; per row: `rows`, `severity`,
+        `anomalies`; `events` per peak severity; `alerts` where the alerting stage ran), then how the run went,
+        then `extra`. Each count is in order of first appearance in the table."""
         status, engine = np.frombuffer(bytes(self._codes), dtype=np.uint8).reshape(-1, 2).T
         status = status[status != _SKIPPED]
-        tallies = dict(zip(_TALLIES, np.frombuffer(self._tallies, dtype=np.int64).reshape(-1, len(_TALLIES)).sum(axis=0).tolist()))
+        totals = np.frombuffer(self._tallies, dtype=np.int64).reshape(-1, len(_TALLIES)).sum(axis=0)
+        tallies = dict(zip(_TALLIES, totals.tolist(), strict=True))
         peaks = list(self._peaks.values())
         return {"ips": len(status),
                 "rows": tallies["rows"],
@@ -197,52 +211,19 @@ class Rows:
                 "anomalies": tallies["warning"] + tallies["critical"],
                 "events": {k: tallies[f"events_{k}"] for k in ("warning", "critical") if tallies[f"events_{k}"]},
                 **({"alerts": tallies["alerts"]} if self._alert else {}),
+                "jobs_run": executed,
                 "engines": _tally(engine, self._engines),
-                "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None}
+                "wall_s": round(wall_s, 3),
+                "jobs_per_s": round(executed / wall_s, 3) if wall_s > 0 else None,
+                "worker_peak_rss_mib": round(max(peaks), 1) if peaks else None,
+                "coordinator_peak_rss_mib": round(coordinator_peak_mib, 1),
+                **extra}
 
 
 def _tally(codes: np.ndarray, names: list[str]) -> dict[str, int]:
     found, first, counts = np.unique(codes, return_index=True, return_counts=True)
-    return {names[code - 1]: int(count) for _, code, count in sorted(zip(first, found, counts)) if code}
+    return {names[code - 1]: int(count) for _, code, count in sorted(zip(first, found, counts, strict=True)) if code}
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def write_atomic(path: str, text: str | Iterable[str]) -> None:
-    """Temporary file + rename in the same folder: a reader never sees half a file. `text` may come in pieces."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the output from its readers
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.writelines([text] if isinstance(text, str) else text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def summary(counts: dict, executed: int, wall_s: float, coordinator_peak_mib: float, **extra: Any) -> dict:
-    """The run's summary.json: `counts` from Rows.counts (per IP: `ips`, `status`; per row: `rows`,
-    `severity`, `anomalies`; `events` per peak severity; `alerts` where the alerting stage ran), then how the
-    run went."""
-    peak = counts["worker_peak_rss_mib"]
-    return {
-        **{k: counts[k] for k in ("ips", "rows", "status", "severity", "anomalies", "events", "alerts") if k in counts},
-        "jobs_run": executed,
-        "engines": counts["engines"],
-        "wall_s": round(wall_s, 3),
-        "jobs_per_s": round(executed / wall_s, 3) if wall_s > 0 else None,
-        "worker_peak_rss_mib": peak,
-        "coordinator_peak_rss_mib": round(coordinator_peak_mib, 1),
-        **extra,
-    }
-
-
-def write_summary(path: str, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+def write_summary(path: str, summary: dict) -> None:
+    write_atomic(path, json.dumps(summary, indent=2) + "\n")

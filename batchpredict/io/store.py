@@ -39,7 +39,8 @@ class Store:
         if not ip:
             raise JobError(Status.INVALID_INPUT, "empty IP id")
         if len(ip) > 255 or not IP_PATTERN.fullmatch(ip):
-            raise JobError(Status.INVALID_INPUT, f"invalid IP id {ip[:80]!r}: expected [A-Za-z0-9][A-Za-z0-9._:-]*, at most 255 chars")
+            raise JobError(Status.INVALID_INPUT,
+                           f"invalid IP id {ip[:80]!r}: expected [A-Za-z0-9][A-Za-z0-9._:-]*, at most 255 chars")
 
     def model_candidates(self, ip: str) -> list[str]:
         """Every model artefact present for `ip`, relative to the store."""

@@ -7,14 +7,15 @@ series: an IP's points may be anywhere in it.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from .tablefile import TableFile, open_table_file, text_numbers
+from .tablefile import CsvFile, TableFile, integer_groups, open_table_file, text_numbers
 
 LONG_COLUMNS = (("ip", "timestamp", "value"), ("unique_id", "ds", "y"))
 LAYOUTS = ("wide", "long")
@@ -87,7 +88,7 @@ class Table:
         rank = self._points.rank(label) if self._points else None
         if rank is None:
             raise UsageError(f"--since {label!r} is not a timestamp of any IP in the table (give it as written there)")
-        return lambda series: int(np.searchsorted(series.keys, rank, side="right"))
+        return lambda series: int(np.searchsorted(cast(np.ndarray, series.keys), rank, side="right"))  # long: keyed
 
     def position(self, ip: str) -> int:
         return self._positions[ip]
@@ -169,7 +170,7 @@ class LongPoints:
         return None if code is None or code >= len(self._ranks) else int(self._ranks[code])
 
     def series(self, file: TableFile) -> Iterator[list[Series]]:
-        ip_codes, stamp_codes, values = (np.concatenate(p) for p in zip(*self._parts))
+        ip_codes, stamp_codes, values = (np.concatenate(p) for p in zip(*self._parts, strict=True))
         self._parts.clear()
         groups, names = pd.factorize(np.array([(ip or "").strip() for ip in self._ips], dtype=object))
         group = groups[ip_codes]
@@ -179,10 +180,11 @@ class LongPoints:
         order = np.lexsort((rank, group))  # stable: equal timestamps keep the table's order
         starts = np.flatnonzero(np.diff(group[order], prepend=-1))
         ends = np.append(starts[1:], len(order))
-        redo = _integer_groups(group, values, len(names)) if file.text_cells else np.zeros(0, int)
-        exact = _series_cells(file, order, starts, ends, redo)
+        # Parquet's numbers are typed; CSV's text may read otherwise as a series (tablefile.integer_groups).
+        exact = (_series_cells(file, order, starts, ends, integer_groups(group, values, len(names)))
+                 if isinstance(file, CsvFile) else {})
         chunk = []
-        for g, (a, b) in enumerate(zip(starts, ends)):
+        for g, (a, b) in enumerate(zip(starts, ends, strict=True)):
             rows = order[a:b]
             point_labels = labels[stamp_codes[rows]].tolist()
             dup = np.flatnonzero(rank[rows][1:] == rank[rows][:-1])
@@ -222,19 +224,12 @@ def _order_key(stamps: pd.Series) -> pd.Series:
     return stamps
 
 
-def _integer_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """Groups whose text may read otherwise as one series than cell by cell (see text_numbers)."""
-    missing = np.bincount(group, weights=np.isnan(values), minlength=groups)
-    negative_zero = np.bincount(group, weights=np.signbit(values) & (values == 0), minlength=groups)
-    return np.flatnonzero((missing == 0) & (negative_zero > 0))
-
-
-def _series_cells(file: TableFile, order: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+def _series_cells(file: CsvFile, order: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                   groups: np.ndarray) -> dict[int, list]:
     """The value cells, as text in time order, of the given groups: read again, they are rare."""
     if not len(groups):
         return {}
     wanted = {g: order[starts[g]:ends[g]] for g in groups}
     rows = np.sort(np.concatenate(list(wanted.values())))
-    cells = dict(zip(rows.tolist(), file.cells(column=2, rows=rows)))
+    cells = dict(zip(rows.tolist(), file.cells(column=2, rows=rows), strict=True))
     return {g: [cells[r] for r in rows.tolist()] for g, rows in wanted.items()}

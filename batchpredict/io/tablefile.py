@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -41,13 +42,26 @@ def float_values(cells: np.ndarray) -> np.ndarray:
 
 
 def integer_rows(block: np.ndarray) -> np.ndarray:
-    """Rows of float values that text_numbers may read otherwise as one series.
+    """Rows of a block of float values that text_numbers may read otherwise as one series."""
+    return _read_again(np.isnan(block).any(axis=1), _negative_zero(block).any(axis=1))
 
-    A series with no NaN may be all integers, which to_numeric reads as integers: the same numbers
-    (both round correctly), except that "-0" is 0.0 there. So only a row with no NaN and a -0.0 can
-    differ, and it is read again as a series.
-    """
-    return ~np.isnan(block).any(axis=1) & (np.signbit(block) & (block == 0)).any(axis=1)
+
+def integer_groups(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """The groups (values[i] belongs to group[i]) that text_numbers may read otherwise as one series."""
+    missing, negative_zero = (np.bincount(group, weights=mask, minlength=groups) > 0
+                              for mask in (np.isnan(values), _negative_zero(values)))
+    return np.flatnonzero(_read_again(missing, negative_zero))
+
+
+def _read_again(missing: np.ndarray | np.bool_, negative_zero: np.ndarray | np.bool_) -> np.ndarray:
+    """The number rule: a series with no NaN may be all integers, which to_numeric reads as integers: the
+    same numbers (both round correctly), except that "-0" is 0.0 there. So only a series with no NaN and
+    a -0.0 can differ from its cells read as floats, and it is read again as a series."""
+    return np.asarray(~missing & negative_zero)
+
+
+def _negative_zero(values: np.ndarray) -> np.ndarray:
+    return np.signbit(values) & (values == 0)
 
 
 def row_numbers(cells: np.ndarray) -> np.ndarray:
@@ -58,7 +72,7 @@ def row_numbers(cells: np.ndarray) -> np.ndarray:
     return block
 
 
-def open_table_file(path: str) -> "TableFile":
+def open_table_file(path: str) -> TableFile:
     """Parquet by its name (.parquet, .pq) or its magic bytes at both ends, else CSV."""
     return ParquetFile(path) if _is_parquet(path) else CsvFile(path)
 
@@ -100,8 +114,6 @@ def read_text_csv(path: str, what: str, **options: Any) -> pd.DataFrame:
 
 class CsvFile:
     """A CSV table, tokenised by pandas' C parser as a whole-file read would be."""
-
-    text_cells = True  # a series' cells are read together (text_numbers), not one by one
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -159,12 +171,12 @@ class CsvFile:
 
     def _frames(self, numbers: list[str] | tuple[()]) -> Iterator[pd.DataFrame]:
         types: dict[str, Any] = {**dict.fromkeys(self.header, object), **dict.fromkeys(numbers, np.float64)}
-        with _readable(self.path, "table", _CSV_ERRORS):
-            with pd.read_csv(self.path, dtype=types, na_values=dict.fromkeys(numbers, MISSING),
-                             chunksize=CHUNK_ROWS, **_TEXT) as reader:
-                for frame in reader:
-                    if len(frame):
-                        yield frame
+        with _readable(self.path, "table", _CSV_ERRORS), pd.read_csv(
+                self.path, dtype=types, na_values=dict.fromkeys(numbers, MISSING), chunksize=CHUNK_ROWS, **_TEXT
+        ) as reader:
+            for frame in reader:
+                if len(frame):
+                    yield frame
 
 
 def _factorize(column: pd.Series) -> Codes:
@@ -175,8 +187,6 @@ def _factorize(column: pd.Series) -> Codes:
 class ParquetFile:
     """A Parquet table (pyarrow): numeric columns are numbers as stored, text cells read as a CSV's are,
     each on its own (float_values), anything else NaN."""
-
-    text_cells = False
 
     def __init__(self, path: str) -> None:
         import pyarrow as pa
@@ -199,12 +209,11 @@ class ParquetFile:
     def _batches(self) -> Iterator[Any]:
         import pyarrow.parquet as pq
 
-        with _readable(self.path, "table", self._errors):
-            # Without pre_buffer, pyarrow holds a row group's pages, not every column chunk it has read.
-            with pq.ParquetFile(self.path, pre_buffer=False) as file:
-                for batch in file.iter_batches(batch_size=CHUNK_ROWS):
-                    if batch.num_rows:
-                        yield batch
+        # Without pre_buffer, pyarrow holds a row group's pages, not every column chunk it has read.
+        with _readable(self.path, "table", self._errors), pq.ParquetFile(self.path, pre_buffer=False) as file:
+            for batch in file.iter_batches(batch_size=CHUNK_ROWS):
+                if batch.num_rows:
+                    yield batch
 
 
 def _texts(column: Any) -> Any:

@@ -1,7 +1,8 @@
 """Execution backends behind one small interface, chosen by name."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..job import RunOptions

@@ -25,12 +25,24 @@ import multiprocess as mp
 from multiprocess import forkserver, popen_forkserver, spawn, util
 from multiprocess.context import reduction, set_spawning_popen
 
+from ..io.store import MODEL_SUFFIXES
+
 PRELOADS = {"lean": ["batchpredict.runtime.preload.lean"], "full": ["batchpredict.runtime.preload.full"]}
 _servers: dict[str, forkserver.ForkServer] = {}
 _MAIN_KEYS = ("init_main_from_name", "init_main_from_path")
 
 
-class Process(mp.get_context("forkserver").Process):
+def pool_for(model: str, engine: str) -> str:
+    """The forkserver a prediction job starts in. The numpy engine reads model files, so those start lean
+    unless --engine keras; a SavedModel directory needs TensorFlow. A lean worker that finds it cannot run a
+    job sends it on to the full pool (Job.rerouted)."""
+    return "lean" if engine != "keras" and model.endswith(MODEL_SUFFIXES) else "full"
+
+
+_ForkserverProcess: Any = mp.get_context("forkserver").Process
+
+
+class Process(_ForkserverProcess):
     """A process forked by the forkserver of its pool."""
 
     def __init__(self, pool: str, **kwargs: Any) -> None:
@@ -40,7 +52,7 @@ class Process(mp.get_context("forkserver").Process):
         self.pool = pool
 
     @staticmethod
-    def _Popen(process_obj: "Process") -> "_Popen":
+    def _Popen(process_obj: Process) -> _Popen:
         return _Popen(process_obj)
 
 

@@ -22,7 +22,8 @@ import os
 import signal
 import socket
 import threading
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..errors import Interrupted, UsageError, first_line
 from ..result import Outcome, Status
@@ -103,8 +104,7 @@ def _interruptible(call: Callable, *args: Any, **kwargs: Any) -> Any:
                 raise KeyboardInterrupt from exc
         return carry
 
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    handlers = {sig: handler for sig, handler in handlers.items() if callable(handler)}
+    handlers = {sig: handler for sig in (signal.SIGTERM, signal.SIGINT) if callable(handler := signal.getsignal(sig))}
     for sig, handler in handlers.items():
         signal.signal(sig, carried(handler))
     try:

@@ -17,7 +17,8 @@ critical point), its score is empty and its source says `severity`. Windows are 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,8 @@ def parse(text: str) -> Method | None:
         return None
     if name not in _KEYS:
         raise ValueError(f"--alert takes {', '.join(_KEYS)} or none, optionally with key=value,..., not {text!r}")
-    method, types = Method(name=name), {f.name: f.type for f in fields(Method)}
+    values: dict[str, Any] = {}
+    types = {f.name: f.type for f in fields(Method)}
     for option in filter(None, options.split(",")):
         key, _, value = option.partition("=")
         if key not in _KEYS[name]:
@@ -72,8 +74,8 @@ def parse(text: str) -> Method | None:
                 key == "threshold" and number > 1):
             raise ValueError(f"--alert {name}: {key} must be a {'whole number >= 1' if whole else 'number > 0'}"
                              f"{' and <= 1' if key == 'threshold' else ''}, not {value!r}")
-        method = replace(method, **{key: int(number) if whole else number})
-    return method
+        values[key] = int(number) if whole else number
+    return Method(name=name, **values)
 
 
 def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method: Method

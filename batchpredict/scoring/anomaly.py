@@ -52,6 +52,6 @@ def assess(observed: float, predicted: float, std: float, sigmas: tuple[float, f
     the original script's `predicted < lower` could never be true."""
     lowers = tuple(predicted - k * std for k in sigmas)
     uppers = tuple(predicted + k * std for k in sigmas)
-    outside = [observed < lo or observed > hi for lo, hi in zip(lowers, uppers)]
+    outside = [observed < lo or observed > hi for lo, hi in zip(lowers, uppers, strict=True)]
     severity = Severity.CRITICAL if outside[1] else Severity.WARNING if outside[0] else Severity.NORMAL
     return lowers, uppers, outside[0], severity

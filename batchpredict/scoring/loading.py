@@ -16,8 +16,9 @@ import os
 import re
 import warnings
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -266,12 +267,11 @@ def _load_saved_model(path: str) -> tuple[Callable, tuple, str]:
     shape = _one_input([getattr(spec, "shape", spec) for spec in specs.values()])
     (key, spec), = specs.items()
 
-    def predict(x: np.ndarray) -> np.ndarray:
+    def predict(x: np.ndarray, _keep: Any = loaded) -> np.ndarray:  # a signature does not own the variables it reads
         tensor = tf.constant(x, dtype=spec.dtype)
         outputs = function(**{key: tensor}) if by_name else function(tensor)
         return tf.nest.flatten(outputs)[0].numpy()
 
-    predict.keepalive = loaded  # a signature does not own the variables it reads
     return predict, shape, entry
 
 
@@ -289,8 +289,8 @@ def _entry_point(loaded: Any) -> tuple[str, Callable, dict, bool]:
     if signatures:
         name = "serving_default" if "serving_default" in signatures else next(iter(signatures))
         return f"signature {name}", signatures[name], signatures[name].structured_input_signature[1], True
-    call = getattr(loaded, "__call__", None)
-    if len(getattr(call, "concrete_functions", ())) == 1:
+    call = getattr(loaded, "__call__", None)  # noqa: B004 - the traced function, not callable()
+    if call is not None and len(getattr(call, "concrete_functions", ())) == 1:
         return "__call__", call, dict(enumerate(call.concrete_functions[0].structured_input_signature[0])), False
     raise JobError(Status.LOAD_ERROR, "no signature, and no __call__ traced exactly once, to call")
 
@@ -313,8 +313,9 @@ def load_scaler(path: str) -> LoadedScaler:
     if isinstance(scaler, sklearn.base.BaseEstimator):
         pickled = sorted({w.message.original_sklearn_version for w in caught
                           if isinstance(w.message, InconsistentVersionWarning)})
-        note = (f"{type(scaler).__name__} pickled with scikit-learn {', '.join(pickled)} (running {sklearn.__version__})"
-                if pickled else f"{type(scaler).__name__} pickled with scikit-learn {sklearn.__version__}")
+        kind = type(scaler).__name__
+        note = (f"{kind} pickled with scikit-learn {', '.join(pickled)} (running {sklearn.__version__})"
+                if pickled else f"{kind} pickled with scikit-learn {sklearn.__version__}")
     else:
         note = f"{type(scaler).__module__}.{type(scaler).__name__} (not a scikit-learn estimator)"
     return LoadedScaler(scaler, f"scaler {name}: {note}")

@@ -71,12 +71,13 @@ def _score(job: Job, result: Result) -> None:
     points = [Point(job.labels[at], seen, guess, std, *assess(seen, guess, std, params.sigmas), source)
               for at, seen, guess, std, source in zip(positions[keep].tolist(), observed[keep].tolist(),
                                                       predicted[keep].tolist(), stds[keep].tolist(),
-                                                      [sources[i] for i in keep.tolist()])]
+                                                      [sources[i] for i in keep.tolist()], strict=True)]
     if method:
         limit = params.sigmas[1] * stds  # the seed's critical band, the fallback where history is short
         critical = (observed < predicted - limit) | (observed > predicted + limit)
         alert, score, judged = alerting.alerts(residuals, critical, job.std, method)
-        for point, flag, value, by in zip(points, alert[keep].tolist(), score[keep].tolist(), judged[keep].tolist()):
+        for point, flag, value, by in zip(points, alert[keep].tolist(), score[keep].tolist(), judged[keep].tolist(),
+                                          strict=True):
             point.alert, point.score = flag, value if by else None
             point.alert_source = method.name if by else "severity"
     result.points = points

@@ -19,8 +19,9 @@ import math
 import os
 import pickle
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 

@@ -361,5 +361,7 @@ def test_events_file_collapses_runs_of_flagged_points_per_ip(store, tmp_path):
         assert event.peak_sigma == pytest.approx(((rows.observed - rows.predicted).abs() / rows["std"]).max())
         assert event.peak_severity == ("critical" if (rows["severity"] == "critical").any() else "warning")
     assert frame.attrs["summary"]["events"] == events["peak_severity"].value_counts().to_dict()
+    exact = pd.read_csv(Path(str(out) + ".events.csv"), dtype={"open": str}, float_precision="round_trip")
+    assert frame.attrs["events"].values.tolist() == exact.values.tolist()  # the file's rows, from the same Rows
     predict_table(str(table), str(store), str(tmp_path / "one.csv"))
     assert not (tmp_path / "one.csv.events.csv").exists()  # the default one point per IP writes none

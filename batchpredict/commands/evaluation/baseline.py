@@ -65,4 +65,4 @@ def severities(frame: pd.DataFrame, sigmas: tuple[float, float]) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         graded = np.where(z > sigmas[1], Severity.CRITICAL.value,
                           np.where(z > sigmas[0], Severity.WARNING.value, Severity.NORMAL.value))
-    return np.where(np.isnan(z), None, graded)
+    return np.where(np.isnan(z), np.array(None, dtype=object), graded)

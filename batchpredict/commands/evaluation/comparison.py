@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UsageError
-from ...io.output import write_atomic, write_rows
+from ...io.files import write_atomic
+from ...io.output import aligned, write_rows
 from ...io.table import Series, read_table
 from ...job import Params
 from ...result import Status
 from ...scoring import alerting
-from ..inspection import format_table as aligned
 from ..report import read_results
 from . import BASELINES
 from .baseline import zscore_points
@@ -35,11 +35,11 @@ class Evaluation:
     metrics: pd.DataFrame                 # KEYS + METRICS: each IP, then the TOTAL row, per detector and threshold
     windows: pd.DataFrame                 # KEYS + WINDOW_COLUMNS: every counted window
     warnings: list[str] = field(default_factory=list)
-    sources: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str | None] = field(default_factory=dict)
     unmatched: dict[str, list[str]] = field(default_factory=dict)  # ids on one side only, in full
 
 
-def thresholds_of(sigmas: tuple[float, float] | None, sweep: list[float] | None) -> list[tuple[float, str]]:
+def thresholds_of(sigmas: tuple[float, float], sweep: list[float] | None) -> list[tuple[float, str]]:
     """(threshold, level) pairs: the sweep's values, or warning and critical."""
     if sweep:
         return [(value, "") for value in sweep]
@@ -73,7 +73,7 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
     points, unmatched = _match(points, marks, warnings)
 
     detectors = {MODEL: place(points, marks)}
-    if baseline:
+    if baseline and data:
         table = read_table(data, layout)
         model = detectors[MODEL]
         detectors[baseline] = place(zscore_points(model.frame, table, Params(params.rolling, params.window,
@@ -127,7 +127,7 @@ def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str], alert: boo
 
 def _after(points: pd.DataFrame, table: list[Series], path: str, warnings: list[str]) -> pd.DataFrame:
     """The points later than their IP's last timestamp in `table`: those its model never saw in training."""
-    ends = dict(zip([s.ip for s in table], parse_times([s.labels[-1] if s.labels else "" for s in table])))
+    ends = dict(zip([s.ip for s in table], parse_times([s.labels[-1] if s.labels else "" for s in table]), strict=True))
     if NAT in ends.values():
         ip = next(ip for ip, end in ends.items() if end == NAT)
         raise UsageError(f"--after {path}: the last timestamp of {ip} is not a date")

@@ -132,7 +132,7 @@ def _shape(windows: list) -> str:
 
 def _order(windows: list, times: np.ndarray) -> str:
     """The first window with a time that is not a date, or that ends before it starts; '' when none."""
-    for i, (window, (start, end)) in enumerate(zip(windows, times), 1):
+    for i, (window, (start, end)) in enumerate(zip(windows, times, strict=True), 1):
         if NAT in (start, end):
             return f"window {i} has a time that is not a date: {json.dumps(window)}"
         if end < start:

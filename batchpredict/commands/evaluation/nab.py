@@ -25,7 +25,7 @@ class Profile:
 STANDARD = Profile()
 
 
-def scaled_sigmoid(position: np.ndarray) -> np.ndarray:
+def scaled_sigmoid(position: np.ndarray | float) -> np.ndarray:
     """2 / (1 + exp(5 x)) - 1, and -1 beyond 3 window widths: 0.9866 at -1, 0 at 0, -0.9866 at 1."""
     position = np.asarray(position, dtype=float)
     with np.errstate(over="ignore"):

@@ -84,7 +84,7 @@ def place(frame: pd.DataFrame, labels: Labels, profile: Profile = STANDARD) -> S
         last = lo + np.searchsorted(times, spans[:, 1], side="right") - 1
         inside = last >= first
         outside[k] = int((~inside).sum())
-        for a, b, span in zip(first[inside], last[inside], spans[inside]):
+        for a, b, span in zip(first[inside], last[inside], spans[inside], strict=True):
             window[a:b + 1] = len(found)
             found.append((k, a, b, span))
     win_ip, win_first, win_last = (np.array([w[i] for w in found], dtype=int) for i in range(3))
@@ -184,7 +184,7 @@ def _ratios(counts: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     both = out["precision"] + out["recall"]
     out["f1"] = (2 * out["precision"] * out["recall"] / both.where(both > 0)).where(both != 0, 0.0)
     out["mean_delay_minutes"] = div("delay_sum", "detected")
-    out["nab_score"] = [normalised(raw, int(w), profile) for raw, w in zip(out["nab_raw"], out["windows"])]
+    out["nab_score"] = [normalised(raw, int(w), profile) for raw, w in zip(out["nab_raw"], out["windows"], strict=True)]
     return out[METRICS]
 
 

@@ -1,7 +1,7 @@
 """Keras activations in numpy float32, by the name a layer config gives, as each Keras major computes them."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -110,7 +110,7 @@ def _chain(model: dict, weights: Any, major: int) -> tuple[list | None, list[Lay
         layers = _single_chain(config)
     else:
         raise Unsupported(f"model class {kind} is not supported by the numpy engine")
-    shape, specs = None, []
+    shape, specs = None, list[LayerSpec]()
     for layer in layers:
         if layer["class_name"] in MODELS:
             declared, inner = _chain(layer, weights.inner(layer), major)
@@ -205,7 +205,8 @@ class _ZipWeights:
     """A .keras weights file's arrays for one container of layers, addressed as the saving Keras named them."""
 
     def __init__(self, group: h5py.Group | None) -> None:
-        self.group, self.used = group, {}
+        self.group = group
+        self.used: dict[str, int] = {}
 
     def _next(self, layer: dict) -> h5py.Group | None:
         """The group of the container's next layer: its class in snake_case, numbered from _1 on repeats."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -41,12 +41,13 @@ def translate(spec: LayerSpec) -> LayerSpec:
 def _merged(spec: LayerSpec, kinds: str, gates: str) -> tuple[np.ndarray, ...]:
     """The weights of `kinds` (W: kernel, U: recurrent kernel, b: bias), each merged or joined from its gates."""
     found = {}
-    for name, array in zip(spec.weight_names, spec.weights):
+    for name, array in zip(spec.weight_names, spec.weights, strict=True):
         match = _WEIGHT.search(name)
         if match is None:
             raise Unsupported(f"{spec}: weight {name!r} is none of Keras 1's W, U, b")
         found[match.groups()] = array
-    merged, used = [], set()
+    merged: list[np.ndarray] = []
+    used: set[tuple[str, str | None]] = set()
     for kind in kinds:
         keys = [(kind, None)] if (kind, None) in found or not gates else [(kind, gate) for gate in gates]
         if not all(key in found for key in keys):

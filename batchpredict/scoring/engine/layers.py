@@ -6,7 +6,7 @@ cannot run is refused at load time, naming the first layer or option it cannot t
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def reshape(spec: LayerSpec, shape: Shape, major: int) -> Step:
     target = tuple(int(d) for d in spec.config["target_shape"])
     if None in shape:
         raise spec.unsupported(f"reshaping an input of variable shape {(None, *shape)}")
-    size, known = math.prod(shape), math.prod(d for d in target if d != -1)
+    size, known = math.prod(d for d in shape if d is not None), math.prod(d for d in target if d != -1)
     if target.count(-1) > 1 or known == 0 or (size % known if -1 in target else size != known):
         raise Unsupported(f"{spec}: cannot reshape {(None, *shape)} to {(None, *target)}")
     out = tuple(size // known if d == -1 else d for d in target)
@@ -58,7 +58,7 @@ def flatten(spec: LayerSpec, shape: Shape, major: int) -> Step:
     def call(x: np.ndarray) -> np.ndarray:
         return (np.moveaxis(x, 1, -1) if channels_first else x).reshape(len(x), -1)
 
-    return Step(call, (None if None in shape else math.prod(shape),), "Flatten")
+    return Step(call, (None if None in shape else math.prod(d for d in shape if d is not None),), "Flatten")
 
 
 BUILDERS: dict[str, Callable[[LayerSpec, Shape, int], Step]] = {

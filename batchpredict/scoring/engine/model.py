@@ -30,7 +30,8 @@ class NumpyModel:
         """x: (batch, *input_shape[1:]); the model's output for each of the batch, float32."""
         x = np.asarray(x, dtype=np.float32)
         expected = self.input_shape[1:]
-        if x.ndim != len(self.input_shape) or any(d is not None and d != n for d, n in zip(expected, x.shape[1:])):
+        if x.ndim != len(self.input_shape) or any(
+                d is not None and d != n for d, n in zip(expected, x.shape[1:], strict=True)):
             raise ValueError(f"input of shape {x.shape} where the model takes {self.input_shape}")
         with np.errstate(all="ignore"):  # overflow gives inf, silently, as in the runtimes
             for step in self._steps:

@@ -4,7 +4,7 @@ Each cell sums its terms in the order its Keras source does, so float32 rounding
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

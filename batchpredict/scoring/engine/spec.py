@@ -1,8 +1,8 @@
 """One layer as read from an artefact, what building it yields, and the checks every layer function makes."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -1,0 +1,48 @@
+"""io.files: a file is replaced whole or not at all, readable as a plain open() would make it."""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from batchpredict.io.files import replaced, write_atomic
+
+
+def test_write_atomic_replaces_the_whole_file(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "out.csv"
+    write_atomic(str(path), "old\n")
+    write_atomic(str(path), iter(["a,b\n", "1,2\n"]))
+    assert path.read_text() == "a,b\n1,2\n"
+    assert [p.name for p in path.parent.iterdir()] == ["out.csv"]  # no temporary file left
+
+
+def test_a_failed_write_keeps_the_old_contents_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    path = tmp_path / "out.csv"
+    write_atomic(str(path), "old\n")
+
+    def pieces():
+        yield "new, half"
+        raise RuntimeError("the writer died")
+
+    with pytest.raises(RuntimeError):
+        write_atomic(str(path), pieces())
+    assert path.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_the_file_gets_the_mode_open_would_give_it(tmp_path: Path) -> None:
+    write_atomic(str(tmp_path / "out.csv"), "x\n")
+    with open(tmp_path / "plain.csv", "w") as fh:
+        fh.write("x\n")
+    # mkstemp makes 0600, which would hide the output from the operators who read it.
+    assert stat.S_IMODE((tmp_path / "out.csv").stat().st_mode) == stat.S_IMODE((tmp_path / "plain.csv").stat().st_mode)
+
+
+def test_replaced_keeps_the_suffix_for_writers_that_choose_a_format_by_it(tmp_path: Path) -> None:
+    final = tmp_path / "10.0.0.1.keras"
+    with replaced(str(final), keep_suffix=True) as tmp:
+        assert tmp.endswith(".keras") and os.path.dirname(tmp) == str(tmp_path)
+        Path(tmp).write_bytes(b"zip")
+    assert final.read_bytes() == b"zip"
