@@ -14,14 +14,14 @@ NAB     ?= ../shared/data/nab
 
 PYTEST_MARK := $(if $(SLOW),,-m "not slow")
 
-.PHONY: install predict report train test lint bench bench-scale soak clean nab
+.PHONY: install predict report train test lint wheel-check bench bench-scale soak clean nab
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,ray]'
+	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 predict: $(STAMP)
@@ -43,6 +43,10 @@ nab: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q $(PYTEST_MARK) $(TESTS)
+
+# The wheel with no extras, in a fresh venv, run from outside the repository (scripts/check_wheel.py).
+wheel-check: $(STAMP)
+	$(BIN)/python scripts/check_wheel.py
 
 # The layers (import-linter contracts in pyproject.toml, docs/design.md §6), then ruff and mypy on batchpredict/.
 lint: $(STAMP)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import extras
 from ..errors import JobError, Unsupported, first_line
 from ..io import manifest
 from ..io.store import Store
@@ -55,7 +56,8 @@ class CheckTask:
     trust: bool = False  # RunOptions.trust_store: joblib reads the scaler, Keras loads Lambda layers
     sealed: dict | None = None  # the IP's manifest.json entry
     std: float | None = None
-    pool = "full"  # a check loads what the lean pool cannot, and --verify runs Keras
+    # A check loads what the lean pool cannot, and --verify runs Keras: in the TensorFlow pool where it exists.
+    pool: str = field(default_factory=lambda: "full" if extras.installed() else "lean")
 
     def failed(self, status: Status, error: str) -> CheckResult:
         return CheckResult(ip=self.ip, status=status, error=error, model=self.model, problems=[error])
@@ -85,7 +87,11 @@ def _inspect_model(task: CheckTask, result: CheckResult) -> None:
     path = os.path.join(task.store, task.model)
     fmt = describe(path)
     result.format, result.keras_version, result.runtime = fmt.kind, fmt.keras_version, fmt.runtime
-    loaded = load_model(path, task.engine, trust=task.trust)
+    try:
+        loaded = load_model(path, task.engine, lean=not extras.installed(), trust=task.trust)
+    except Unsupported as exc:  # only without TensorFlow
+        result.pool = "tensorflow (not installed)"
+        raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(f"{task.model}: {exc}")) from None
     result.timesteps = "variable" if loaded.window is None else str(loaded.window)
     result.runtime = f"{fmt.runtime} {loaded.entry}".strip()
     result.engine = loaded.engine if loaded.engine == "numpy" or task.engine == "keras" else \
@@ -119,6 +125,13 @@ def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
     if not task.trust:
         result.scaler = scalers.read_untrusted(path).note.split(": ", 1)[1]
         return
+    if not extras.installed():  # joblib is not there to read it: the lean reader is all there is
+        try:
+            result.scaler = scalers.load_scaler(path).note.split(": ", 1)[1]
+        except Unsupported as exc:
+            result.pool = "tensorflow (not installed)"
+            raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(str(exc))) from None
+        return
     result.scaler = load_scaler(path).note.split(": ", 1)[1]
     try:
         scalers.load_scaler(path)
@@ -130,6 +143,10 @@ def check_store(models: str, options: RunOptions | None = None, verify: bool = F
                 ) -> list[CheckResult]:
     """One row per IP the store mentions, in id order. Exit 1 material: any row not `ok`."""
     options = options or RunOptions()
+    if verify:
+        extras.require_tensorflow("store check --verify")
+    if options.engine == "keras":
+        extras.require_tensorflow("--engine keras")
     store = Store(models)
     rows, tasks = {}, []
     for ip in store.ips():

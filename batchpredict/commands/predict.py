@@ -22,6 +22,7 @@ from typing import NoReturn
 import numpy as np
 import pandas as pd
 
+from .. import extras
 from ..errors import Interrupted, JobError, UsageError
 from ..io import output
 from ..io.journal import Journal, Lock, fingerprint
@@ -138,8 +139,11 @@ class Plan:
         sealed = self.store.sealed(series.ip, self.allow_unsealed)
         if np.isnan(series.values).all():  # no process needed to say so
             raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
+        pool = pool_for(found.model, self.engine)
+        if pool == "full" and not extras.installed():  # a SavedModel: --engine keras stopped the run before
+            raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(f"{found.model} is a SavedModel"))
         return Job(series.ip, series.labels, series.values.tolist(), self.store.root, found.model, found.scaler,
-                   found.std, self.params, self.engine, pool_for(found.model, self.engine), first=self.first(series),
+                   found.std, self.params, self.engine, pool, first=self.first(series),
                    trust=self.trust, sealed=sealed)
 
 
@@ -178,6 +182,8 @@ def _rows(params: Params, cells: bool = False) -> output.Rows:
 def _run(data: str, models: str, out: str | None, params: Params, options: RunOptions, rows: output.Rows,
          on_result: Callable[[Result], None] | None, on_start: Callable[[int | None], None] | None) -> dict:
     check_params(params)
+    if options.engine == "keras":
+        extras.require_tensorflow("--engine keras")
     started, cpu = time.monotonic(), time.process_time()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())

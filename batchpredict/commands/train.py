@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import extras
 from ..errors import JobError, UsageError, first_line
 from ..io import manifest
 from ..io.files import replaced, write_atomic
@@ -211,6 +212,8 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
                 options: RunOptions | None = None) -> list[TrainResult]:
     """Train every (or each named) IP of the history table; writes `<models>/train_report.csv`."""
     from ..runtime.backend import make_executor
+
+    extras.require_tensorflow("train")
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if not 0 < holdout < 1:

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from .. import extras
 from ..errors import JobError, Unsupported, first_line
 from ..io import manifest
 from ..job import Job
@@ -24,8 +25,11 @@ def run_job(job: Job) -> Result:
     result = Result(ip=job.ip, model=job.model, timestamp=job.labels[-1] if job.labels else "")
     try:
         _score(job, result)
-    except Unsupported as exc:  # only where LEAN
-        result.reroute = f"{job.ip}: {exc}"
+    except Unsupported as exc:  # only where LEAN: the TensorFlow pool runs it, where it is installed
+        if extras.installed():
+            result.reroute = f"{job.ip}: {exc}"
+        else:
+            result.status, result.error = Status.LOAD_ERROR, extras.needs_tensorflow(str(exc))
     except JobError as exc:
         result.status, result.error = Status(exc.status), str(exc)
     except Exception as exc:  # noqa: BLE001 - the row says what went wrong; the run goes on
