@@ -7,12 +7,12 @@ import math
 import re
 import sys
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import logs
 from .commands.evaluation import BASELINES, FLAGS
 from .errors import BatchPredictError
-from .job import ENGINES, Params
+from .job import ENGINES, Params, default_workers
 from .result import Status
 
 log = logging.getLogger("batchpredict")
@@ -81,8 +81,10 @@ def positive_float(text: str) -> float:
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that runs jobs in workers."""
-    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes at once (default 2)")
-    parser.add_argument("--timeout", type=positive_float, default=300.0, help="seconds per job before its worker is killed")
+    parser.add_argument("--workers", type=positive_int, default=default_workers(),
+                        help="worker processes at once (default %(default)s: one per CPU this process may use)")
+    parser.add_argument("--timeout", type=positive_float, default=300.0,
+                        help="seconds per job before its worker is killed")
     parser.add_argument("--max-worker-memory", type=parse_size_mib, default=None, metavar="SIZE",
                         help="kill a worker whose RSS exceeds SIZE, e.g. 1.5GiB (default: available memory / workers)")
     parser.add_argument("--retries", type=int, default=1, help="retries for a crashed worker (default 1)")
@@ -143,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a store with a manifest.json may hold IPs it does not list (they run unchecked)")
     predict.add_argument("--backend", default="local", help="local (default) or ray")
     predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
-                         help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
+                         help="ray backend: cluster to join, e.g. auto or ray://head:10001 "
+                              "(default: start a local Ray)")
     predict.add_argument("--shard-size", type=positive_int, default=None, metavar="N",
                          help="ray backend: IPs per Ray task (default: several shards per Ray slot)")
     predict.add_argument("--metrics-file", default=None, metavar="PATH.prom",

@@ -1,5 +1,6 @@
 """The command line end to end on a temporary store: every status, exit codes, columns."""
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -7,6 +8,9 @@ import pytest
 from conftest import BASE_IPS, check_against_numpy, read_out, run_cli, series_for, wide_table
 
 from batchpredict.io.output import columns
+from batchpredict.job import RunOptions
+
+ONE_CPU = {min(os.sched_getaffinity(0))}
 
 DESIGN_COLUMNS = ("ip,timestamp,observed,predicted,std,lower_2std,upper_2std,lower_4std,upper_4std,anomaly,severity,"
                   "status,error,model,attempts,duration_ms,worker_pid,worker_peak_rss_mib").split(",")
@@ -125,3 +129,22 @@ def test_a_parquet_table_scores_as_its_csv(store, table, tmp_path):
         outputs[name] = read_out(tmp_path / f"{name}.csv").drop(columns=["duration_ms", "worker_pid",
                                                                          "worker_peak_rss_mib"])
     assert outputs["parquet"].equals(outputs["csv"]) and (outputs["csv"]["status"] == "ok").all()
+
+
+@pytest.mark.parametrize("command", [["predict"], ["train"], ["store", "check"]])
+def test_workers_default_to_the_cpus_the_process_may_use(command):
+    for cpus in (ONE_CPU, None):
+        done = run_cli(*command, "--help", cpus=cpus)
+        assert done.returncode == 0, done.stderr
+        count = len(cpus or os.sched_getaffinity(0))
+        assert f"worker processes at once (default {count}: one per CPU" in " ".join(done.stdout.split())
+
+
+def test_a_run_pinned_to_one_cpu_runs_one_worker_as_the_api_would(store, table, tmp_path):
+    out = tmp_path / "a.csv"
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--jobs-per-worker", "12",
+                   cpus=ONE_CPU)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "a.csv.summary.json").read_text())["workers"] == 1
+    assert len(set(read_out(out)["worker_pid"])) == 1  # one worker took every job
+    assert RunOptions().workers == len(os.sched_getaffinity(0))
