@@ -8,6 +8,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import NoReturn, TypeVar
 
 from . import logs
 from .commands.evaluation import BASELINES, FLAGS
@@ -16,6 +17,7 @@ from .job import ENGINES, Params, default_workers
 from .result import Status
 
 log = logging.getLogger("batchpredict")
+N = TypeVar("N", int, float)
 
 DESCRIPTION = ("Nightly per-IP LSTM anomaly scoring, one isolated worker process per job. Exit codes: 0 every IP "
                "answered, 1 the output is complete but some jobs failed, 2 bad invocation or unreadable input "
@@ -31,7 +33,10 @@ def parse_size_mib(text: str) -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     if not match or match.group(2).lower() not in _UNITS:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1.5GiB, 800MiB)")
-    return float(match.group(1)) * _UNITS[match.group(2).lower()] / 2**20
+    mib = float(match.group(1)) * _UNITS[match.group(2).lower()] / 2**20
+    if not mib > 0:  # the executor would take 0 for "no cap given"
+        raise argparse.ArgumentTypeError(f"expected a size > 0, not {text!r}")
+    return mib
 
 
 def parse_sigmas(text: str) -> tuple[float, float]:
@@ -59,24 +64,29 @@ def parse_sweep(text: str) -> list[float]:
     return [round(start + i * step, 9) for i in range(count)]
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
-    return value
+def _number(convert: Callable[[str], N], wanted: str, ok: Callable[[N], bool]) -> Callable[[str], N]:
+    """An argparse type: the text converted, if `ok`; argparse's error names the flag before `wanted`."""
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+            if ok(value):
+                return value
+        except ValueError:
+            pass
+        raise argparse.ArgumentTypeError(f"expected {wanted}, not {text!r}")
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, not {text!r}")
-    return value
+positive_int = _number(int, "a whole number >= 1", lambda value: value >= 1)
+whole_number = _number(int, "a whole number >= 0", lambda value: value >= 0)
+positive_float = _number(float, "a number > 0", lambda value: value > 0)  # NaN is not
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad arguments exit 2 with one line on stderr, as every other exit 2 does (docs/design.md §5)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +97,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="seconds per job before its worker is killed")
     parser.add_argument("--max-worker-memory", type=parse_size_mib, default=None, metavar="SIZE",
                         help="kill a worker whose RSS exceeds SIZE, e.g. 1.5GiB (default: available memory / workers)")
-    parser.add_argument("--retries", type=int, default=1, help="retries for a crashed worker (default 1)")
+    parser.add_argument("--retries", type=whole_number, default=1, help="retries for a crashed worker (default 1)")
     parser.add_argument("--window", type=positive_int, default=20)
     parser.add_argument("--rolling", type=positive_int, default=5)
     add_log_options(parser)
@@ -114,7 +124,7 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="batchpredict", description=DESCRIPTION)
+    parser = Parser(prog="batchpredict", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
 
     predict = commands.add_parser("predict", help="score every IP of a stats table")

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from conftest import BASE_IPS, check_against_numpy, read_out, run_cli, series_for, wide_table
 
+from batchpredict.cli import build_parser
 from batchpredict.io.output import columns
 from batchpredict.job import RunOptions
 
@@ -148,3 +149,35 @@ def test_a_run_pinned_to_one_cpu_runs_one_worker_as_the_api_would(store, table, 
     assert json.loads((tmp_path / "a.csv.summary.json").read_text())["workers"] == 1
     assert len(set(read_out(out)["worker_pid"])) == 1  # one worker took every job
     assert RunOptions().workers == len(os.sched_getaffinity(0))
+
+
+# Each bad value alone: argparse converts an option as it meets it, before it misses the required ones.
+@pytest.mark.parametrize("args", [
+    ["predict", "--retries", "-1"], ["predict", "--workers", "0"], ["predict", "--workers", "-2"],
+    ["predict", "--jobs-per-worker", "0"], ["predict", "--timeout", "0"], ["predict", "--timeout", "-5"],
+    ["predict", "--timeout", "nan"], ["predict", "--max-worker-memory", "0"],
+    ["predict", "--max-worker-memory", "0GiB"], ["predict", "--shard-size", "0"], ["predict", "--points", "0"],
+    ["predict", "--window", "0"],
+    ["predict", "--rolling", "-3"], ["predict", "--progress-interval", "0"], ["train", "--retries", "-1"],
+    ["train", "--epochs", "0"], ["train", "--timeout", "0"], ["report", "--top", "0"], ["evaluate", "--window", "0"],
+    ["store", "check", "--workers", "0"], ["store", "check", "--tolerance", "-1"], ["predict", "--retries", "one"],
+])
+def test_an_out_of_range_number_exits_2_with_one_line_naming_its_flag(args):
+    done = run_cli(*args)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    flag, value = args[-2:]
+    assert f"argument {flag}: expected " in line and f"not {value!r}" in line and "--help" in line
+
+
+def test_a_holdout_outside_0_1_exits_2_naming_it(tmp_path):
+    """train_table checks it for the Python API too; the command line leaves it to that one check."""
+    done = run_cli("train", "--data", tmp_path / "h.csv", "--models", tmp_path / "store", "--holdout", "1.5")
+    assert done.returncode == 2 and done.stderr.splitlines() == ["batchpredict: --holdout must be between 0 and 1, "
+                                                                 "not 1.5"]
+    assert not (tmp_path / "store").exists()
+
+
+def test_no_retries_is_a_valid_number():
+    args = build_parser().parse_args(["predict", "--data", "t", "--models", "m", "--out", "o", "--retries", "0"])
+    assert args.retries == 0
