@@ -13,8 +13,9 @@ from typing import NoReturn, TypeVar
 from . import logs
 from .commands.evaluation import BASELINES, FLAGS
 from .errors import BatchPredictError
-from .job import ENGINES, Params, default_workers
+from .job import ENGINES, Params, RunOptions, default_workers
 from .result import Status
+from .runtime.backend import BACKENDS
 
 log = logging.getLogger("batchpredict")
 N = TypeVar("N", int, float)
@@ -153,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_trust_option(predict)
     predict.add_argument("--allow-unsealed", action="store_true",
                          help="a store with a manifest.json may hold IPs it does not list (they run unchecked)")
-    predict.add_argument("--backend", default="local", help="local (default) or ray")
+    predict.add_argument("--backend", choices=tuple(BACKENDS), default=RunOptions.backend,
+                         help="where the workers run (default %(default)s: on this machine)")
     predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
                          help="ray backend: cluster to join, e.g. auto or ray://head:10001 "
                               "(default: start a local Ray)")
@@ -243,7 +245,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .commands.predict import predict
-    from .job import RunOptions
     from .metrics import write_metrics
     from .progress import Progress
 
@@ -306,7 +307,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .commands.train import train_table
-    from .job import RunOptions
 
     results = train_table(args.data, args.models, args.format, Params(rolling=args.rolling, window=args.window),
                           args.epochs, args.holdout, args.seed, args.ips,
@@ -324,7 +324,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_store_check(args: argparse.Namespace) -> int:
     from .commands.inspection import COLUMNS, check_store, format_table, report_rows
-    from .job import RunOptions
 
     rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,
                                                max_worker_memory_mib=args.max_worker_memory, retries=args.retries,

@@ -10,6 +10,7 @@ from conftest import BASE_IPS, check_against_numpy, read_out, run_cli, series_fo
 from batchpredict.cli import build_parser
 from batchpredict.io.output import columns
 from batchpredict.job import RunOptions
+from batchpredict.runtime.backend import BACKENDS
 
 ONE_CPU = {min(os.sched_getaffinity(0))}
 
@@ -181,3 +182,19 @@ def test_a_holdout_outside_0_1_exits_2_naming_it(tmp_path):
 def test_no_retries_is_a_valid_number():
     args = build_parser().parse_args(["predict", "--data", "t", "--models", "m", "--out", "o", "--retries", "0"])
     assert args.retries == 0
+
+
+def test_an_unknown_backend_exits_2_listing_the_choices():
+    done = run_cli("predict", "--backend", "dask")
+    [line] = done.stderr.splitlines()
+    assert done.returncode == 2 and "argument --backend: invalid choice: 'dask' (choose from " in line
+    assert all(repr(name) in line for name in BACKENDS)
+
+
+def test_help_imports_no_engine_nor_executor():
+    """--backend's choices come from the backends' module, which imports its executors only when it runs."""
+    done = run_cli("predict", "--help", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert done.returncode == 0 and "--backend {" + ",".join(BACKENDS) + "}" in done.stdout
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "batchpredict.runtime.backend" in imported
+    assert not imported & {"tensorflow", "numpy", "pandas", "multiprocess", "psutil", "batchpredict.runtime.executor"}
