@@ -198,3 +198,34 @@ def test_help_imports_no_engine_nor_executor():
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "batchpredict.runtime.backend" in imported
     assert not imported & {"tensorflow", "numpy", "pandas", "multiprocess", "psutil", "batchpredict.runtime.executor"}
+
+
+MINIMAL = {"predict": ["--data", "d", "--models", "m", "--out", "o"], "train": ["--data", "d", "--models", "m"],
+           "report": ["--results", "r", "--data", "d", "--out", "o"], "evaluate": ["--results", "r", "--labels", "l"],
+           "store check": ["--models", "m"], "store seal": ["--models", "m"]}
+
+
+def help_sections(command: str, capsys: pytest.CaptureFixture) -> dict[str, str]:
+    """A command's --help as {group title: its lines}."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*command.split(), "--help"])
+    blocks = capsys.readouterr().out.split("\n\n")
+    return {block.split(":\n")[0]: block for block in blocks if ":\n" in block}
+
+
+def test_an_option_of_several_commands_reads_alike_in_each(capsys):
+    sections = {command: help_sections(command, capsys) for command in MINIMAL}
+    assert sections["predict"]["series"] == sections["report"]["series"] == sections["evaluate"]["series"]
+    assert sections["predict"]["workers"] == sections["store check"]["workers"]
+    assert sections["predict"]["model loading"] == sections["store check"]["model loading"]
+    assert all(sections[command]["logging"] == sections["predict"]["logging"] for command in MINIMAL)
+    assert "series" in sections["train"] and "layout" not in sections["train"]["series"]
+
+
+def test_each_command_keeps_its_own_defaults_of_shared_options():
+    parser = build_parser()
+    parsed = {command: parser.parse_args([*command.split(), *args]) for command, args in MINIMAL.items()}
+    timeouts = {command: args.timeout for command, args in parsed.items() if "timeout" in args}
+    assert timeouts == {"predict": 300.0, "train": 1800.0, "store check": 300.0}
+    assert {args.window for command, args in parsed.items() if "window" in args} == {20}
+    assert [command for command, args in parsed.items() if "layout" in args] == ["predict", "report", "evaluate"]
