@@ -1,6 +1,9 @@
 """The command line end to end on a temporary store: every status, exit codes, columns."""
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -229,3 +232,18 @@ def test_each_command_keeps_its_own_defaults_of_shared_options():
     assert timeouts == {"predict": 300.0, "train": 1800.0, "store check": 300.0}
     assert {args.window for command, args in parsed.items() if "window" in args} == {20}
     assert [command for command, args in parsed.items() if "layout" in args] == ["predict", "report", "evaluate"]
+
+
+def test_python_m_batchpredict_is_the_command(store, table, tmp_path):
+    outputs = {}
+    for module in ("batchpredict", "batchpredict.cli"):
+        out = tmp_path / module / "a.csv"
+        done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--points", "3", module=module)
+        assert done.returncode == 0, done.stderr
+        outputs[module] = read_out(out).drop(columns=["duration_ms", "worker_pid", "worker_peak_rss_mib"])
+    pd.testing.assert_frame_equal(outputs["batchpredict"], outputs["batchpredict.cli"], check_exact=True)
+    script = [str(Path(sys.executable).with_name("batchpredict"))]
+    for args in (["--help"], ["predict", "--help"], ["predict", "--retries", "-1"], []):
+        runs = [run_cli(*args, module=module) for module in ("batchpredict", "batchpredict.cli")]
+        runs.append(subprocess.run(script + args, capture_output=True, text=True, timeout=60))
+        assert len({(done.returncode, done.stdout, done.stderr) for done in runs}) == 1, args
