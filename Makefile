@@ -8,11 +8,13 @@ DATA    ?= examples/stats.csv
 MODELS  ?= models
 OUT     ?= out/anomalies.csv
 REPORT  ?= report
-WORKERS ?= 2
+WORKERS ?=
 SLOW    ?=
 NAB     ?= ../shared/data/nab
 
 PYTEST_MARK := $(if $(SLOW),,-m "not slow")
+# Without WORKERS=N, predict and train run one worker per CPU (their --workers default).
+WORKERS_ARG = $(if $(WORKERS),--workers $(WORKERS))
 
 .PHONY: install predict report train test lint wheel-check bench bench-scale soak clean nab
 
@@ -25,7 +27,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 predict: $(STAMP)
-	$(BIN)/batchpredict predict --data $(DATA) --models $(MODELS) --out $(OUT) --workers $(WORKERS)
+	$(BIN)/batchpredict predict --data $(DATA) --models $(MODELS) --out $(OUT) $(WORKERS_ARG)
 
 # Renders the last `make predict` output (same DATA and OUT) as $(REPORT)/index.html.
 report: $(STAMP)
@@ -34,7 +36,7 @@ report: $(STAMP)
 # A command-line DATA=... still wins over this target default.
 train: DATA = examples/history.csv
 train: $(STAMP)
-	$(BIN)/batchpredict train --data $(DATA) --models $(MODELS) --workers $(WORKERS)
+	$(BIN)/batchpredict train --data $(DATA) --models $(MODELS) $(WORKERS_ARG)
 
 # The NAB walkthrough: train, predict and evaluate on NAB realAWSCloudwatch into nab/ (README, "How good are
 # the flags"). Training takes about 10 minutes; a rerun reuses nab/store. NAB=path/to/NAB for another copy.

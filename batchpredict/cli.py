@@ -7,15 +7,18 @@ import math
 import re
 import sys
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TypeVar
 
 from . import logs
 from .commands.evaluation import BASELINES, FLAGS
 from .errors import BatchPredictError
-from .job import ENGINES, Params
+from .job import ENGINES, Params, RunOptions, default_workers
 from .result import Status
+from .runtime.backend import BACKENDS
 
 log = logging.getLogger("batchpredict")
+N = TypeVar("N", int, float)
 
 DESCRIPTION = ("Nightly per-IP LSTM anomaly scoring, one isolated worker process per job. Exit codes: 0 every IP "
                "answered, 1 the output is complete but some jobs failed, 2 bad invocation or unreadable input "
@@ -31,7 +34,10 @@ def parse_size_mib(text: str) -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     if not match or match.group(2).lower() not in _UNITS:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1.5GiB, 800MiB)")
-    return float(match.group(1)) * _UNITS[match.group(2).lower()] / 2**20
+    mib = float(match.group(1)) * _UNITS[match.group(2).lower()] / 2**20
+    if not mib > 0:  # the executor would take 0 for "no cap given"
+        raise argparse.ArgumentTypeError(f"expected a size > 0, not {text!r}")
+    return mib
 
 
 def parse_sigmas(text: str) -> tuple[float, float]:
@@ -59,69 +65,115 @@ def parse_sweep(text: str) -> list[float]:
     return [round(start + i * step, 9) for i in range(count)]
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
-    return value
+def _number(convert: Callable[[str], N], wanted: str, ok: Callable[[N], bool]) -> Callable[[str], N]:
+    """An argparse type: the text converted, if `ok`; argparse's error names the flag before `wanted`."""
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+            if ok(value):
+                return value
+        except ValueError:
+            pass
+        raise argparse.ArgumentTypeError(f"expected {wanted}, not {text!r}")
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, not {text!r}")
-    return value
+positive_int = _number(int, "a whole number >= 1", lambda value: value >= 1)
+whole_number = _number(int, "a whole number >= 0", lambda value: value >= 0)
+positive_float = _number(float, "a number > 0", lambda value: value > 0)  # NaN is not
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every command that runs jobs in workers."""
-    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes at once (default 2)")
-    parser.add_argument("--timeout", type=positive_float, default=300.0, help="seconds per job before its worker is killed")
-    parser.add_argument("--max-worker-memory", type=parse_size_mib, default=None, metavar="SIZE",
-                        help="kill a worker whose RSS exceeds SIZE, e.g. 1.5GiB (default: available memory / workers)")
-    parser.add_argument("--retries", type=int, default=1, help="retries for a crashed worker (default 1)")
-    parser.add_argument("--window", type=positive_int, default=20)
-    parser.add_argument("--rolling", type=positive_int, default=5)
-    add_log_options(parser)
+class Parser(argparse.ArgumentParser):
+    """Bad arguments exit 2 with one line on stderr, as every other exit 2 does (docs/design.md §5)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def add_trust_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trust-store", action="store_true",
-                        help="let the store's files run code: scaler pickles of any class (joblib), Keras Lambda "
-                             "layers. Without it they are a load_error naming what they would run")
+# Each option that several commands take is declared once, in a parent parser (argparse's parents=). Each
+# command gets parents of its own: argparse shares a parent's actions, so one command's default would
+# otherwise become every command's.
+def _parent(title: str) -> tuple[Parser, argparse._ArgumentGroup]:
+    """A parent whose options --help lists under `title`, after the command's own."""
+    parent = Parser(add_help=False)
+    return parent, parent.add_argument_group(title)
 
 
-def add_engine_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=ENGINES, default="auto",
-                        help="who computes the forward pass: auto (default: numpy wherever it supports the model, "
-                             "else TensorFlow), numpy (an unsupported model is a load_error) or keras (TensorFlow)")
+def store_option() -> Parser:
+    parent = Parser(add_help=False)
+    parent.add_argument("--models", required=True, help="model store folder")
+    return parent
 
 
-def add_log_options(parser: argparse.ArgumentParser) -> None:
+def results_option() -> Parser:
+    parent = Parser(add_help=False)
+    parent.add_argument("--results", required=True, help="the anomalies CSV of a predict run")
+    return parent
+
+
+def run_options(timeout: float = 300.0) -> Parser:
+    """The commands that run jobs in workers."""
+    parent, group = _parent("workers")
+    group.add_argument("--workers", type=positive_int, default=default_workers(),
+                       help="worker processes at once (default %(default)s: one per CPU this process may use)")
+    group.add_argument("--timeout", type=positive_float, default=timeout,
+                       help="seconds per job before its worker is killed (default %(default)g)")
+    group.add_argument("--max-worker-memory", type=parse_size_mib, default=None, metavar="SIZE",
+                       help="kill a worker whose RSS exceeds SIZE, e.g. 1.5GiB (default: available memory / workers)")
+    group.add_argument("--retries", type=whole_number, default=1,
+                       help="retries for a crashed worker (default %(default)s)")
+    return parent
+
+
+def series_options() -> Parser:
+    parent, group = _parent("series")
+    group.add_argument("--window", type=positive_int, default=Params.window, metavar="N",
+                       help="smoothed points the model reads before each point it predicts (default %(default)s)")
+    group.add_argument("--rolling", type=positive_int, default=Params.rolling, metavar="N",
+                       help="points of the rolling mean that smooths each series first (default %(default)s)")
+    return parent
+
+
+def layout_option() -> Parser:
+    parent, group = _parent("series")
+    group.add_argument("--layout", choices=["wide", "long"], default=None,
+                       help="of the table: wide (a row per IP) or long (a row per point); default: read from its "
+                            "header")
+    return parent
+
+
+def loading_options() -> Parser:
+    parent, group = _parent("model loading")
+    group.add_argument("--engine", choices=ENGINES, default="auto",
+                       help="who computes the forward pass: auto (default: numpy wherever it supports the model, "
+                            "else TensorFlow), numpy (an unsupported model is a load_error) or keras (TensorFlow)")
+    group.add_argument("--trust-store", action="store_true",
+                       help="let the store's files run code: scaler pickles of any class (joblib), Keras Lambda "
+                            "layers. Without it they are a load_error naming what they would run")
+    return parent
+
+
+def log_options() -> Parser:
     """Logs go to stderr; -q keeps warnings and the final line."""
-    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings, errors and the final summary")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("--log-format", choices=logs.FORMATS, default="text",
-                        help="text (default) or json: one JSON object a line, for log shippers")
+    parent, group = _parent("logging")
+    group.add_argument("-q", "--quiet", action="store_true", help="only warnings, errors and the final summary")
+    group.add_argument("-v", "--verbose", action="store_true")
+    group.add_argument("--log-format", choices=logs.FORMATS, default="text",
+                       help="text (default) or json: one JSON object a line, for log shippers")
+    return parent
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="batchpredict", description=DESCRIPTION)
+    parser = Parser(prog="batchpredict", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    predict = commands.add_parser("predict", help="score every IP of a stats table")
+    predict = commands.add_parser("predict", help="score every IP of a stats table",
+                                  parents=[store_option(), loading_options(), layout_option(), series_options(),
+                                           run_options(), log_options()])
     predict.add_argument("--data", required=True, help="stats table (CSV or Parquet, wide or long)")
-    predict.add_argument("--models", required=True, help="model store folder")
     predict.add_argument("--out", required=True, help="anomalies CSV to write")
     predict.add_argument("--jobs-per-worker", type=positive_int, default=1,
                          help="jobs a worker runs before it exits (default 1: strict isolation)")
-    predict.add_argument("--layout", choices=["wide", "long"], default=None)
     predict.add_argument("--sigmas", type=parse_sigmas, default=(2.0, 4.0), help="warning,critical (default 2,4)")
     which = predict.add_mutually_exclusive_group()
     which.add_argument("--points", type=positive_int, default=1, metavar="N",
@@ -137,48 +189,46 @@ def build_parser() -> argparse.ArgumentParser:
                               f"event, at its onset, and a `score` in [0, 1] (default {Params.alert}: Numenta's "
                               "anomaly likelihood on the residuals; severity: onsets of critical runs; none: off)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
-    add_engine_option(predict)
-    add_trust_option(predict)
     predict.add_argument("--allow-unsealed", action="store_true",
                          help="a store with a manifest.json may hold IPs it does not list (they run unchecked)")
-    predict.add_argument("--backend", default="local", help="local (default) or ray")
+    predict.add_argument("--backend", choices=tuple(BACKENDS), default=RunOptions.backend,
+                         help="where the workers run (default %(default)s: on this machine)")
     predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
-                         help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
+                         help="ray backend: cluster to join, e.g. auto or ray://head:10001 "
+                              "(default: start a local Ray)")
     predict.add_argument("--shard-size", type=positive_int, default=None, metavar="N",
                          help="ray backend: IPs per Ray task (default: several shards per Ray slot)")
     predict.add_argument("--metrics-file", default=None, metavar="PATH.prom",
                          help="write Prometheus metrics of the run here (node_exporter textfile collector)")
     predict.add_argument("--progress-interval", type=positive_float, default=30.0, metavar="SECONDS",
                          help="without a terminal, log progress every SECONDS (default 30)")
-    add_run_options(predict)
     predict.set_defaults(func=cmd_predict)
 
-    train = commands.add_parser("train", help="train one model per IP into the store")
+    train = commands.add_parser("train", help="train one model per IP into the store (created if missing)",
+                                parents=[store_option(), series_options(), run_options(timeout=1800.0),
+                                         log_options()])
     train.add_argument("--data", required=True, help="history table (CSV or Parquet, wide or long)")
-    train.add_argument("--models", required=True, help="model store folder (created if missing)")
     train.add_argument("--format", choices=["h5", "keras", "savedmodel"], default="h5")
     train.add_argument("--epochs", type=positive_int, default=30)
     train.add_argument("--holdout", type=float, default=0.2, help="tail fraction for early stopping and std")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--ips", type=lambda s: [ip.strip() for ip in s.split(",") if ip.strip()], default=None,
                        help="only these IPs, comma-separated")
-    add_run_options(train)
-    train.set_defaults(func=cmd_train, timeout=1800.0)
+    train.set_defaults(func=cmd_train)
 
-    report = commands.add_parser("report", help="render an HTML report of a predict run")
-    report.add_argument("--results", required=True, help="the anomalies CSV of a predict run")
+    report = commands.add_parser("report", help="render an HTML report of a predict run",
+                                 parents=[results_option(), layout_option(), series_options(), log_options()])
     report.add_argument("--data", required=True, help="the stats table that run scored")
     report.add_argument("--out", required=True, help="report folder (index.html and plots/)")
     report.add_argument("--top", type=positive_int, default=100, help="plot the N most anomalous IPs (default 100)")
-    report.add_argument("--layout", choices=["wide", "long"], default=None)
-    report.add_argument("--window", type=positive_int, default=20)
-    report.add_argument("--rolling", type=positive_int, default=5)
-    add_log_options(report)
     report.set_defaults(func=cmd_report)
 
     evaluate = commands.add_parser("evaluate", help="measure the flags of a results CSV against labelled anomaly "
-                                                    "windows, beside a rolling z-score baseline")
-    evaluate.add_argument("--results", required=True, help="the anomalies CSV of a predict run (e.g. with --points)")
+                                                    "windows, beside a rolling z-score baseline",
+                                   description="--layout is that of --data and --after; --window and --rolling "
+                                               "are the baseline's (values before each point, and its rolling "
+                                               "mean, as predict's).",
+                                   parents=[results_option(), layout_option(), series_options(), log_options()])
     evaluate.add_argument("--labels", required=True,
                           help="anomaly windows: NAB's combined_windows.json ({series: [[start, end], ...]}, keyed "
                                "by id or by a file name whose stem is the id) or a CSV ip,start,end")
@@ -201,36 +251,28 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--baseline", choices=BASELINES, default=None,
                           help="also score a rolling z-score detector over the same points (needs --data)")
     evaluate.add_argument("--data", default=None, help="--baseline: the stats table the results were predicted from")
-    evaluate.add_argument("--layout", choices=["wide", "long"], default=None, help="of --data and --after")
-    evaluate.add_argument("--window", type=positive_int, default=20, help="--baseline: values before each point")
-    evaluate.add_argument("--rolling", type=positive_int, default=5, help="--baseline: the rolling mean, as predict's")
-    add_log_options(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 
     store = commands.add_parser("store", help="inspect a model store")
     store_commands = store.add_subparsers(dest="store_command", required=True)
     check = store_commands.add_parser("check", help="list every IP's artefacts, format, Keras version and "
-                                                    "timesteps, loading each model in a worker; no prediction")
-    check.add_argument("--models", required=True, help="model store folder")
-    add_engine_option(check)
-    add_trust_option(check)
+                                                    "timesteps, loading each model in a worker; no prediction",
+                                      parents=[store_option(), loading_options(), series_options(), run_options(),
+                                               log_options()])
     check.add_argument("--verify", action="store_true",
                        help="also run both engines on a few random windows per IP and report the largest difference")
     check.add_argument("--tolerance", type=positive_float, default=1e-5,
                        help="--verify: exit 1 when max |numpy - keras| / max |keras| exceeds it (default 1e-5)")
-    add_run_options(check)
     check.set_defaults(func=cmd_store_check)
     seal = store_commands.add_parser("seal", help="write <store>/manifest.json: the sha256 and size of every IP's "
-                                                  "files and std, checked by every later run before it reads them")
-    seal.add_argument("--models", required=True, help="model store folder")
-    add_log_options(seal)
+                                                  "files and std, checked by every later run before it reads them",
+                                     parents=[store_option(), log_options()])
     seal.set_defaults(func=cmd_store_seal)
     return parser
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .commands.predict import predict
-    from .job import RunOptions
     from .metrics import write_metrics
     from .progress import Progress
 
@@ -293,7 +335,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .commands.train import train_table
-    from .job import RunOptions
 
     results = train_table(args.data, args.models, args.format, Params(rolling=args.rolling, window=args.window),
                           args.epochs, args.holdout, args.seed, args.ips,
@@ -312,7 +353,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_store_check(args: argparse.Namespace) -> int:
     from .commands.inspection import COLUMNS, check_store, report_rows
     from .io.output import aligned
-    from .job import RunOptions
 
     rows = check_store(args.models, RunOptions(workers=args.workers, timeout=args.timeout,
                                                max_worker_memory_mib=args.max_worker_memory, retries=args.retries,

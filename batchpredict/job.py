@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 from .result import Result, Status
 
@@ -33,11 +34,16 @@ class Params:
 ENGINES = ("auto", "numpy", "keras")  # RunOptions.engine: who computes the forward pass
 
 
+def default_workers() -> int:
+    """One worker per CPU this process may run on: its affinity mask, as narrowed by taskset or a cpuset."""
+    return len(os.sched_getaffinity(0))
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a run is executed (the algorithm's knobs are Params)."""
 
-    workers: int = 2
+    workers: int = field(default_factory=default_workers)
     jobs_per_worker: int = 1
     timeout: float = 300.0
     max_worker_memory_mib: float | None = None

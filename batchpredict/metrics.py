@@ -1,13 +1,13 @@
 """The last run as Prometheus text, for node_exporter's textfile collector (how cron jobs are watched)."""
 from __future__ import annotations
 
+import os
 import time
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 from prometheus_client.parser import text_string_to_metric_families
 
 from .errors import BatchPredictError
-from .io.files import write_atomic
 from .result import Severity, Status
 
 PREFIX = "batchpredict"
@@ -16,6 +16,12 @@ LAST_SUCCESS = f"{PREFIX}_last_success_timestamp_seconds"
 
 def render(summary: dict | None, exit_code: int, started: float, finished: float,
            last_success: float | None = None) -> str:
+    """The text of collect's metrics."""
+    return generate_latest(collect(summary, exit_code, started, finished, last_success)).decode()
+
+
+def collect(summary: dict | None, exit_code: int, started: float, finished: float,
+            last_success: float | None = None) -> CollectorRegistry:
     """Metrics of one run; `summary` is None when the run stopped before its output (exit 2, 75, signal)."""
     registry = CollectorRegistry()
 
@@ -28,12 +34,12 @@ def render(summary: dict | None, exit_code: int, started: float, finished: float
         last_success = finished
     gauge("last_run_timestamp_seconds", "When the last run ended (Unix time).", finished)
     gauge("last_run_duration_seconds", "Wall time of the last run.", finished - started)
-    gauge("last_run_exit_code", "Exit code of the last run (0 ok, 1 some jobs failed, 2 usage, 75 locked, 128+N signal).",
-          exit_code)
+    gauge("last_run_exit_code",
+          "Exit code of the last run (0 ok, 1 some jobs failed, 2 usage, 75 locked, 128+N signal).", exit_code)
     gauge("last_run_success", "1 when the last run exited 0, else 0.", int(success))
     gauge("last_success_timestamp_seconds", "When a run last exited 0 (Unix time).", last_success)
     if summary is None:
-        return generate_latest(registry).decode()
+        return registry
     ips = Gauge(f"{PREFIX}_ips", "IPs of the last run per row status.", ["status"], registry=registry)
     for status in Status:
         ips.labels(status=status.value).set(summary["status"].get(status.value, 0))
@@ -54,7 +60,7 @@ def render(summary: dict | None, exit_code: int, started: float, finished: float
           _bytes(summary.get("worker_peak_rss_mib")))
     gauge("coordinator_peak_rss_bytes", "Peak resident memory of the coordinator process.",
           _bytes(summary.get("coordinator_peak_rss_mib")))
-    return generate_latest(registry).decode()
+    return registry
 
 
 def _bytes(mib: float | None) -> float | None:
@@ -76,9 +82,11 @@ def previous_success(path: str) -> float | None:
 
 
 def write_metrics(path: str, summary: dict | None, exit_code: int, started: float) -> None:
-    """Replace `path` atomically: the textfile collector never reads half a file."""
-    text = render(summary, exit_code, started, time.time(), previous_success(path))
+    """Replace `path` atomically (a temporary file beside it, renamed): the textfile collector never reads half
+    a file, and never the temporary one, whose name does not end in .prom."""
+    registry = collect(summary, exit_code, started, time.time(), previous_success(path))
     try:
-        write_atomic(path, text)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_to_textfile(path, registry)
     except OSError as exc:
         raise BatchPredictError(f"cannot write metrics file {path}: {exc.strerror or exc}") from None

@@ -35,8 +35,9 @@ sys.path.insert(0, HERE)
 import farm  # noqa: E402
 
 from batchpredict import RunOptions, predict_table  # noqa: E402
-from batchpredict.io import manifest
+from batchpredict.io import manifest  # noqa: E402
 from batchpredict.io.store import Store  # noqa: E402
+from batchpredict.job import default_workers  # noqa: E402
 
 
 def external(store: str, table: str, n: int, spawn: bool) -> dict:
@@ -64,7 +65,7 @@ def ours(store: str, table: str, workers: int, k: int, engine: str = "auto") -> 
             "worker_peak_rss_mib": float(frame["worker_peak_rss_mib"].max()),
             "median_job_ms": float(frame["duration_ms"].median()),
             "engines": frame.attrs["summary"]["engines"],
-            "predictions": dict(zip(frame["ip"], frame["predicted"]))}
+            "predictions": dict(zip(frame["ip"], frame["predicted"], strict=True))}
 
 
 def hashing_ms(store: str, entries: dict[str, dict], rounds: int = 3) -> float:
@@ -84,7 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--ours-n", type=int, default=1000)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--spawn-n", type=int, default=20)
     parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
     args = parser.parse_args()

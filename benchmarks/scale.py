@@ -1,6 +1,6 @@
 """`make bench-scale`: a night of a million IPs, for CSV and for Parquet.
 
-    .venv/bin/python benchmarks/scale.py [--n 1000000] [--every 200] [--workers 2] [--keep DIR]
+    .venv/bin/python benchmarks/scale.py [--n 1000000] [--every 200] [--workers CPUS] [--keep DIR]
 
 Writes a wide table of --n IPs x 60 hourly buckets (windows of examples/history.csv) as CSV and as
 Parquet, and a store in which one IP in --every has a model: hard links to the bundled store's
@@ -8,7 +8,7 @@ models and scalers (models/), so it costs no disk. For each format it measures
 
 - read+plan: the coordinator's reading and planning of the whole table (table.Table and
   coordinator.Plan, jobs dropped), alone in a fresh process: wall, CPU and peak RSS;
-- a run: `batchpredict predict` with default settings (--workers 2, one job per worker process):
+- a run: `batchpredict predict` with default settings (--workers: one per CPU, one job per worker process):
   time to the first job, total wall, the coordinator's peak RSS (summary.json), its CPU per job
   (its CPU minus what reading and planning took, per job), and the slot overhead per job: worker
   slots' time not spent inside jobs (workers x wall - sum of duration_ms), per job.
@@ -30,13 +30,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
 import psutil
+
+from batchpredict.job import default_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = 60
@@ -160,8 +162,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1_000_000, help="IPs in the table (default 1,000,000)")
     parser.add_argument("--every", type=int, default=200, help="one IP in EVERY has a model (default 200: 0.5%%)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--keep", metavar="DIR", help="build in DIR (new) and leave it there (default: a temporary folder)")
+    parser.add_argument("--workers", type=int, default=default_workers())
+    parser.add_argument("--keep", metavar="DIR",
+                        help="build in DIR (new) and leave it there (default: a temporary folder)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "scale-results.json"))
     parser.add_argument("--read-and-plan", nargs=2, metavar=("TABLE", "STORE"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -18,12 +18,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 import farm  # noqa: E402
 
 from batchpredict import RunOptions, predict_table  # noqa: E402
+from batchpredict.job import default_workers  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--workers", type=int, default=default_workers())
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store, table = farm.build(args.n, tmp)

@@ -158,9 +158,12 @@ def table(tmp_path: Path) -> Path:
     return wide_table(tmp_path / "stats.csv", {ip: series_for(ip) for ip in BASE_IPS})
 
 
-def run_cli(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "batchpredict.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+def run_cli(*args: str, timeout: float = 240, env: dict | None = None, cpus: set[int] | None = None,
+            module: str = "batchpredict.cli") -> subprocess.CompletedProcess:
+    """`cpus`: the CPUs the process may run on, as `taskset` would pin it."""
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})},
+                          preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
 
 
 def read_out(path: Path) -> pd.DataFrame:

@@ -1,12 +1,21 @@
 """The command line end to end on a temporary store: every status, exit codes, columns."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from conftest import BASE_IPS, check_against_numpy, read_out, run_cli, series_for, wide_table
 
+from batchpredict.cli import build_parser
 from batchpredict.io.output import columns
+from batchpredict.job import RunOptions
+from batchpredict.runtime.backend import BACKENDS
+
+ONE_CPU = {min(os.sched_getaffinity(0))}
 
 DESIGN_COLUMNS = ("ip,timestamp,observed,predicted,std,lower_2std,upper_2std,lower_4std,upper_4std,anomaly,severity,"
                   "status,error,model,attempts,duration_ms,worker_pid,worker_peak_rss_mib").split(",")
@@ -125,3 +134,116 @@ def test_a_parquet_table_scores_as_its_csv(store, table, tmp_path):
         outputs[name] = read_out(tmp_path / f"{name}.csv").drop(columns=["duration_ms", "worker_pid",
                                                                          "worker_peak_rss_mib"])
     assert outputs["parquet"].equals(outputs["csv"]) and (outputs["csv"]["status"] == "ok").all()
+
+
+@pytest.mark.parametrize("command", [["predict"], ["train"], ["store", "check"]])
+def test_workers_default_to_the_cpus_the_process_may_use(command):
+    for cpus in (ONE_CPU, None):
+        done = run_cli(*command, "--help", cpus=cpus)
+        assert done.returncode == 0, done.stderr
+        count = len(cpus or os.sched_getaffinity(0))
+        assert f"worker processes at once (default {count}: one per CPU" in " ".join(done.stdout.split())
+
+
+def test_a_run_pinned_to_one_cpu_runs_one_worker_as_the_api_would(store, table, tmp_path):
+    out = tmp_path / "a.csv"
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--jobs-per-worker", "12",
+                   cpus=ONE_CPU)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "a.csv.summary.json").read_text())["workers"] == 1
+    assert len(set(read_out(out)["worker_pid"])) == 1  # one worker took every job
+    assert RunOptions().workers == len(os.sched_getaffinity(0))
+
+
+# Each bad value alone: argparse converts an option as it meets it, before it misses the required ones.
+@pytest.mark.parametrize("args", [
+    ["predict", "--retries", "-1"], ["predict", "--workers", "0"], ["predict", "--workers", "-2"],
+    ["predict", "--jobs-per-worker", "0"], ["predict", "--timeout", "0"], ["predict", "--timeout", "-5"],
+    ["predict", "--timeout", "nan"], ["predict", "--max-worker-memory", "0"],
+    ["predict", "--max-worker-memory", "0GiB"], ["predict", "--shard-size", "0"], ["predict", "--points", "0"],
+    ["predict", "--window", "0"],
+    ["predict", "--rolling", "-3"], ["predict", "--progress-interval", "0"], ["train", "--retries", "-1"],
+    ["train", "--epochs", "0"], ["train", "--timeout", "0"], ["report", "--top", "0"], ["evaluate", "--window", "0"],
+    ["store", "check", "--workers", "0"], ["store", "check", "--tolerance", "-1"], ["predict", "--retries", "one"],
+])
+def test_an_out_of_range_number_exits_2_with_one_line_naming_its_flag(args):
+    done = run_cli(*args)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    flag, value = args[-2:]
+    assert f"argument {flag}: expected " in line and f"not {value!r}" in line and "--help" in line
+
+
+def test_a_holdout_outside_0_1_exits_2_naming_it(tmp_path):
+    """train_table checks it for the Python API too; the command line leaves it to that one check."""
+    done = run_cli("train", "--data", tmp_path / "h.csv", "--models", tmp_path / "store", "--holdout", "1.5")
+    assert done.returncode == 2 and done.stderr.splitlines() == ["batchpredict: --holdout must be between 0 and 1, "
+                                                                 "not 1.5"]
+    assert not (tmp_path / "store").exists()
+
+
+def test_no_retries_is_a_valid_number():
+    args = build_parser().parse_args(["predict", "--data", "t", "--models", "m", "--out", "o", "--retries", "0"])
+    assert args.retries == 0
+
+
+def test_an_unknown_backend_exits_2_listing_the_choices():
+    done = run_cli("predict", "--backend", "dask")
+    [line] = done.stderr.splitlines()
+    assert done.returncode == 2 and "argument --backend: invalid choice: 'dask' (choose from " in line
+    assert all(repr(name) in line for name in BACKENDS)
+
+
+def test_help_imports_no_engine_nor_executor():
+    """--backend's choices come from the backends' module, which imports its executors only when it runs."""
+    done = run_cli("predict", "--help", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert done.returncode == 0 and "--backend {" + ",".join(BACKENDS) + "}" in done.stdout
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "batchpredict.runtime.backend" in imported
+    assert not imported & {"tensorflow", "numpy", "pandas", "multiprocess", "psutil", "batchpredict.runtime.executor"}
+
+
+MINIMAL = {"predict": ["--data", "d", "--models", "m", "--out", "o"], "train": ["--data", "d", "--models", "m"],
+           "report": ["--results", "r", "--data", "d", "--out", "o"], "evaluate": ["--results", "r", "--labels", "l"],
+           "store check": ["--models", "m"], "store seal": ["--models", "m"]}
+
+
+def help_sections(command: str, capsys: pytest.CaptureFixture) -> dict[str, str]:
+    """A command's --help as {group title: its lines}."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*command.split(), "--help"])
+    blocks = capsys.readouterr().out.split("\n\n")
+    return {block.split(":\n")[0]: block for block in blocks if ":\n" in block}
+
+
+def test_an_option_of_several_commands_reads_alike_in_each(capsys):
+    sections = {command: help_sections(command, capsys) for command in MINIMAL}
+    assert sections["predict"]["series"] == sections["report"]["series"] == sections["evaluate"]["series"]
+    assert sections["predict"]["workers"] == sections["store check"]["workers"]
+    assert sections["predict"]["model loading"] == sections["store check"]["model loading"]
+    assert all(sections[command]["logging"] == sections["predict"]["logging"] for command in MINIMAL)
+    assert "series" in sections["train"] and "layout" not in sections["train"]["series"]
+
+
+def test_each_command_keeps_its_own_defaults_of_shared_options():
+    parser = build_parser()
+    parsed = {command: parser.parse_args([*command.split(), *args]) for command, args in MINIMAL.items()}
+    timeouts = {command: args.timeout for command, args in parsed.items() if "timeout" in args}
+    assert timeouts == {"predict": 300.0, "train": 1800.0, "store check": 300.0}
+    assert {args.window for command, args in parsed.items() if "window" in args} == {20}
+    assert [command for command, args in parsed.items() if "layout" in args] == ["predict", "report", "evaluate"]
+
+
+def test_python_m_batchpredict_is_the_command(store, table, tmp_path):
+    outputs = {}
+    for module in ("batchpredict", "batchpredict.cli"):
+        out = tmp_path / module / "a.csv"
+        done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--points", "3", module=module)
+        assert done.returncode == 0, done.stderr
+        outputs[module] = read_out(out).drop(columns=["duration_ms", "worker_pid", "worker_peak_rss_mib"])
+    pd.testing.assert_frame_equal(outputs["batchpredict"], outputs["batchpredict.cli"], check_exact=True)
+    script = [str(Path(sys.executable).with_name("batchpredict"))]
+    for args in (["--help"], ["predict", "--help"], ["predict", "--retries", "-1"], []):
+        runs = [run_cli(*args, module=module) for module in ("batchpredict", "batchpredict.cli")]
+        runs.append(subprocess.run(script + args, capture_output=True, text=True, timeout=60))
+        assert len({(done.returncode, done.stdout, done.stderr) for done in runs}) == 1, args

@@ -1,12 +1,17 @@
 """The Prometheus textfile: parsed by prometheus-client's own parser, checked against the CSV."""
+import os
 import time
 
 import pytest
 from conftest import read_out, run_cli
 from prometheus_client.parser import text_string_to_metric_families
 
+from batchpredict.errors import BatchPredictError
 from batchpredict.metrics import render, write_metrics
 from batchpredict.result import Status
+
+SUMMARY = {"status": {"ok": 3}, "severity": {"normal": 3}, "jobs_per_s": 2.0, "jobs_run": 3,
+           "worker_peak_rss_mib": 300.0, "coordinator_peak_rss_mib": 80.0}
 
 
 def samples(text: str) -> dict:
@@ -37,14 +42,13 @@ def test_counts_equal_the_csv(every_status_run):
     assert found[("batchpredict_worker_peak_rss_bytes", ())] == pytest.approx(
         frame["worker_peak_rss_mib"].max() * 2**20, rel=1e-3)
     assert found[("batchpredict_worker_peak_rss_bytes", ())] > 2**30  # the hog's, caught over the 1 GiB cap
-    assert sorted(p.name for p in run.metrics.parent.iterdir() if p.name.startswith(".")) == []  # no temp left
+    leftovers = [p.name for p in run.metrics.parent.iterdir() if p.name.startswith((".", run.metrics.name + "."))]
+    assert leftovers == []  # no temporary file
 
 
 def test_a_failed_run_keeps_the_last_success_time(tmp_path):
     path = tmp_path / "m.prom"
-    summary = {"status": {"ok": 3}, "severity": {"normal": 3}, "jobs_per_s": 2.0, "jobs_run": 3,
-               "worker_peak_rss_mib": 300.0, "coordinator_peak_rss_mib": 80.0}
-    write_metrics(str(path), summary, 0, time.time() - 5)
+    write_metrics(str(path), SUMMARY, 0, time.time() - 5)
     first = samples(path.read_text())
     success = first[("batchpredict_last_success_timestamp_seconds", ())]
     assert first[("batchpredict_last_run_success", ())] == 1 and success == first[
@@ -54,6 +58,27 @@ def test_a_failed_run_keeps_the_last_success_time(tmp_path):
     assert second[("batchpredict_last_success_timestamp_seconds", ())] == success
     assert second[("batchpredict_last_run_success", ())] == 0 and second[("batchpredict_last_run_exit_code", ())] == 75
     assert not [k for k in second if k[0] == "batchpredict_ips"]  # no counts from a run that produced none
+
+
+def test_the_file_is_the_rendered_text_readable_by_all_in_a_folder_made_for_it(tmp_path):
+    path, started = tmp_path / "new" / "m.prom", time.time() - 5
+    write_metrics(str(path), SUMMARY, 1, started)
+    text = path.read_text()
+    assert text == render(SUMMARY, 1, started, samples(text)[("batchpredict_last_run_timestamp_seconds", ())])
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert [p.name for p in path.parent.iterdir()] == ["m.prom"]
+
+
+def test_an_unwritable_metrics_path_is_one_error_and_leaves_nothing(tmp_path):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder.prom").mkdir()
+    for path in (tmp_path / "file" / "m.prom", tmp_path / "folder.prom"):
+        with pytest.raises(BatchPredictError, match=f"cannot write metrics file {path}: "):
+            write_metrics(str(path), SUMMARY, 0, time.time())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.prom"]
+    assert list((tmp_path / "folder.prom").iterdir()) == []
 
 
 def test_unset_peak_is_left_out_not_zero():

@@ -1,4 +1,8 @@
-"""Execution backends behind one small interface, chosen by name."""
+"""Execution backends behind one small interface, chosen by name.
+
+Each backend imports its executor when constructed: the command line reads BACKENDS for --backend's
+choices, and its --help should not pay for multiprocess and psutil.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
@@ -7,7 +11,6 @@ from typing import Any, Protocol
 from ..errors import UsageError
 from ..job import RunOptions
 from ..result import Outcome
-from .executor import LocalExecutor
 
 
 class Executor(Protocol):
@@ -22,16 +25,19 @@ def local_settings(options: RunOptions) -> dict:
                 max_memory_mib=options.max_worker_memory_mib, retries=options.retries)
 
 
+def _local(options: RunOptions) -> Executor:
+    from .executor import LocalExecutor
+
+    return LocalExecutor(**local_settings(options))
+
+
 def _ray(options: RunOptions) -> Executor:
     from .raybackend import RayExecutor  # imports ray itself only when constructed
 
     return RayExecutor(local_settings(options), address=options.ray_address, shard_size=options.shard_size)
 
 
-BACKENDS: dict[str, Callable[[RunOptions], Executor]] = {
-    "local": lambda options: LocalExecutor(**local_settings(options)),
-    "ray": _ray,
-}
+BACKENDS: dict[str, Callable[[RunOptions], Executor]] = {"local": _local, "ray": _ray}
 
 
 def make_executor(options: RunOptions) -> Executor:
