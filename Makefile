@@ -38,8 +38,9 @@ train: DATA = examples/history.csv
 train: $(STAMP)
 	$(BIN)/batchpredict train --data $(DATA) --models $(MODELS) $(WORKERS_ARG)
 
-# The NAB walkthrough: train, predict and evaluate on NAB realAWSCloudwatch into nab/ (README, "How good are
-# the flags"). Training takes about 10 minutes; a rerun reuses nab/store. NAB=path/to/NAB for another copy.
+# The NAB walkthrough (docs/evaluation.md): train, predict and evaluate on NAB's realAWSCloudwatch hosts into
+# nab/. NAB= is a folder with NAB's realAWSCloudwatch/ and combined_windows.json (a clone's data/ and labels/
+# files); training takes about 2 minutes on 2 cores, and a rerun reuses nab/store.
 nab: $(STAMP)
 	$(BIN)/python scripts/nab_walkthrough.py $(NAB) --out nab
 

@@ -7,7 +7,7 @@ Parquet, and a store in which one IP in --every has a model: hard links to the b
 models and scalers (models/), so it costs no disk. For each format it measures
 
 - read+plan: the coordinator's reading and planning of the whole table (table.Table and
-  coordinator.Plan, jobs dropped), alone in a fresh process: wall, CPU and peak RSS;
+  commands.predict.Plan, jobs dropped), alone in a fresh process: wall, CPU and peak RSS;
 - a run: `batchpredict predict` with default settings (--workers: one per CPU, one job per worker process):
   time to the first job, total wall, the coordinator's peak RSS (summary.json), its CPU per job
   (its CPU minus what reading and planning took, per job), and the slot overhead per job: worker

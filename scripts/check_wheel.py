@@ -109,8 +109,10 @@ def main() -> None:
                               "install_s": round(full_s)}
             print(f"check_wheel: with [keras]: {full_bytes / 2**20:.0f} MiB in {full_s:.0f} s")
     if args.record:
-        record["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
-                             "date": time.strftime("%Y-%m-%d"),
+        record["machine"] = {"platform": platform.platform(), "processor": platform.machine(),
+                             "cores": os.cpu_count(),
+                             "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+                             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
                              "note": "pip's cache warm: the packages' downloads are not in these times"}
         args.record.write_text(json.dumps(record, indent=1) + "\n")
 

@@ -7,7 +7,7 @@ or as a clone of github.com/numenta/NAB lays them out (data/realAWSCloudwatch/, 
 Every step is a `batchpredict` command, printed before it runs:
 
 1. the 17 hosts to a long table (all.csv), and their first halves to a training table (train.csv);
-2. `train` on train.csv into OUT/store, about 10 minutes on 2 cores; skipped when OUT/store exists, so a
+2. `train` on train.csv into OUT/store, about 2 minutes on 2 cores; skipped when OUT/store exists, so a
    rerun takes a minute and a half (the store is trained into OUT/store.partial and renamed when train
    succeeds, so an interrupted training is never taken for a store);
 3. `predict --points 2500` (the second half of the longest host) with each --std of STD_MODES, the
@@ -100,10 +100,10 @@ def walk(nab: Path, out: Path) -> None:
     script("nab_to_long.py", str(data), "--out", full)
     script("nab_to_long.py", str(data), "--head", "0.5", "--out", train)
     if store.is_dir():
-        print(f"\n{store} exists: training skipped (remove it to train again, about 10 minutes on 2 cores)")
+        print(f"\n{store} exists: training skipped (remove it to train again, about 2 minutes on 2 cores)")
     else:
         partial = out / "store.partial"
-        print(f"\nTraining one LSTM per host on its first half, about 10 minutes on 2 cores, into {partial} "
+        print(f"\nTraining one LSTM per host on its first half, about 2 minutes on 2 cores, into {partial} "
               f"(renamed {store.name} when it succeeds; a rerun skips this step):")
         product("train", "--data", train, "--models", str(partial))
         partial.rename(store)
