@@ -69,7 +69,7 @@ def instrument() -> None:
     prediction.load_model = model_reader
     prediction.scored_windows = timed("windows", prediction.scored_windows)
     prediction.point_stds = timed("stds", prediction.point_stds)
-    for name in ("assess", "assess_all"):  # the per-point verdict, or its vectorised form
+    for name in ("assess", "verdicts"):  # the per-point verdict, or its vectorised form
         for module in (prediction, anomaly):
             if hasattr(module, name):
                 setattr(module, name, timed("bands and verdicts", getattr(module, name)))
