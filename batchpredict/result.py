@@ -158,7 +158,7 @@ class Points:
             return list(self) == other
         if not isinstance(other, Points):
             return NotImplemented
-        return self.to_dict() == other.to_dict()
+        return all(_same(getattr(self, name), getattr(other, name)) for name in self.__slots__)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -173,6 +173,12 @@ class Points:
         if isinstance(d, list):
             return cls.of([Point.from_dict(p) for p in d])
         return cls(**d)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+    return bool(a == b)
 
 
 @dataclass
