@@ -43,13 +43,15 @@ def row(result: Result, std_source: bool = False, alert: bool = False) -> list[A
             *[None] * len(ALERT_COLUMNS) * alert]
 
 
-def text(result: Result, std_source: bool = False, alert: bool = False) -> str:
+def text(result: Result, std_source: bool = False, alert: bool = False, writer: _Writer | None = None) -> str:
     """rows() as CSV text, byte for byte what the csv module writes of them, made a column at a time: the
-    floats' repr over each array, the result's own cells rendered once and repeated."""
+    floats' repr over each array, the result's own cells rendered once and repeated.
+
+    `writer`: one to reuse; each new one is a reference cycle that only the collector frees."""
+    writer = writer or _Writer()
     n = len(result.points)
     if not n or _needs_quotes(result.points.timestamp):
-        return _Writer().render(rows(result, std_source, alert))
-    writer = _Writer()
+        return writer.render(rows(result, std_source, alert))
     ip, middle = writer.render([[result.ip]])[:-1], writer.render([_result_cells(result)])[:-1]
     points, alerts = _point_columns(result.points, std_source, alert, text=True)
     *between, last = [[middle] * n, *alerts]
@@ -187,7 +189,7 @@ class Rows:
         if self._cells:
             self._rows[position] = rows(result, self._std_source, self._alert)
         else:
-            self._rows[position] = text(result, self._std_source, self._alert)
+            self._rows[position] = text(result, self._std_source, self._alert, self._writer)
         found = result_events(result, self._alert)
         if self.keeps_events:
             self._events[position] = found if self._cells else self._writer.render(found)
