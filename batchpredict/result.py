@@ -1,8 +1,13 @@
 """What a job comes back as: its status, its scored points, and the executor's account of it."""
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 
 class Status(str, Enum):
@@ -29,6 +34,9 @@ class Severity(str, Enum):
     NORMAL = "normal"
     WARNING = "warning"
     CRITICAL = "critical"
+
+
+SEVERITIES = list(Severity)  # a severity code (Points.severity) is its index here
 
 
 @dataclass
@@ -71,29 +79,135 @@ class Point:
                       "upper": tuple(d["upper"])})
 
 
+class Points:
+    """An IP's scored points as columns, one entry each, in time order: a night's points travel from the worker
+    to the CSV as a few arrays, never as an object per point. Iterating gives Point objects, for tests and
+    callers that want them.
+
+    `lower`, `upper`: one row per sigma. `severity`: codes into SEVERITIES. `rolled`: the point's std came from
+    `std_mode` (`rolling:N`, `mad:N`), not the store. `alert`, `score`, `judged`: the alerting stage's verdict,
+    score and whether `method` judged the point (else it fell back to the seed's verdict); None without it.
+    """
+
+    __slots__ = ("timestamp", "observed", "predicted", "std", "lower", "upper", "anomaly", "severity", "rolled",
+                 "std_mode", "alert", "score", "judged", "method")
+
+    def __init__(self, timestamp: ArrayLike, observed: ArrayLike, predicted: ArrayLike, std: ArrayLike,
+                 lower: ArrayLike, upper: ArrayLike, anomaly: ArrayLike, severity: ArrayLike,
+                 rolled: ArrayLike | None = None, std_mode: str = "store", alert: ArrayLike | None = None,
+                 score: ArrayLike | None = None, judged: ArrayLike | None = None, method: str = "") -> None:
+        self.observed, self.predicted, self.std = (np.asarray(a, dtype=float) for a in (observed, predicted, std))
+        n = len(self.observed)
+        self.timestamp = np.asarray(timestamp, dtype=str)
+        self.lower, self.upper = (np.asarray(a, dtype=float).reshape(-1, n) if n else np.empty((0, 0))
+                                  for a in (lower, upper))
+        self.anomaly = np.asarray(anomaly, dtype=bool)
+        self.severity = np.asarray(severity, dtype=np.uint8)
+        self.rolled = np.zeros(n, dtype=bool) if rolled is None else np.asarray(rolled, dtype=bool)
+        self.std_mode = std_mode
+        self.alert = None if alert is None else np.asarray(alert, dtype=bool)
+        self.score = None if score is None else np.asarray(score, dtype=float)
+        self.judged = None if judged is None else np.asarray(judged, dtype=bool)
+        self.method = method
+
+    @classmethod
+    def empty(cls) -> Points:
+        return cls(np.empty(0, dtype=str), *(np.empty(0),) * 3, np.empty((0, 0)), np.empty((0, 0)),
+                   np.empty(0, dtype=bool), np.empty(0, dtype=np.uint8))
+
+    @classmethod
+    def of(cls, points: Sequence[Point]) -> Points:
+        """Points from Point objects (their std_source taken as the mode where it is not `store`)."""
+        if not points:
+            return cls.empty()
+        modes = {p.std_source for p in points} - {"store"}
+        alerting = any(p.alert is not None for p in points)
+        return cls([p.timestamp for p in points], [p.observed for p in points], [p.predicted for p in points],
+                   [p.std for p in points], np.array([p.lower for p in points]).T,
+                   np.array([p.upper for p in points]).T, [p.anomaly for p in points],
+                   [SEVERITIES.index(p.severity) for p in points], [p.std_source != "store" for p in points],
+                   modes.pop() if modes else "store",
+                   [bool(p.alert) for p in points] if alerting else None,
+                   [np.nan if p.score is None else p.score for p in points] if alerting else None,
+                   [p.alert_source not in ("", "severity") for p in points] if alerting else None,
+                   next((p.alert_source for p in points if p.alert_source not in ("", "severity")), ""))
+
+    def __len__(self) -> int:
+        return len(self.observed)
+
+    def std_sources(self) -> np.ndarray:
+        return np.where(self.rolled, self.std_mode, "store")
+
+    def alert_sources(self) -> np.ndarray | None:
+        return None if self.judged is None else np.where(self.judged, self.method, "severity")
+
+    def __iter__(self) -> Iterator[Point]:
+        sources, alert_sources = self.std_sources().tolist(), self.alert_sources()
+        for i in range(len(self)):
+            alert: dict[str, Any] = {}
+            if self.alert is not None and self.score is not None and alert_sources is not None:
+                judged = bool(self.judged[i]) if self.judged is not None else False
+                alert = {"alert": bool(self.alert[i]), "score": float(self.score[i]) if judged else None,
+                         "alert_source": alert_sources[i]}
+            yield Point(str(self.timestamp[i]), float(self.observed[i]), float(self.predicted[i]), float(self.std[i]),
+                        tuple(self.lower[:, i].tolist()), tuple(self.upper[:, i].tolist()), bool(self.anomaly[i]),
+                        SEVERITIES[self.severity[i]], sources[i], **alert)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return list(self) == other
+        if not isinstance(other, Points):
+            return NotImplemented
+        return all(_same(getattr(self, name), getattr(other, name)) for name in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict:
+        """The columns as JSON-able lists (floats at full precision, NaN as JSON's NaN)."""
+        found = {name: getattr(self, name) for name in self.__slots__}
+        return {name: value.tolist() if isinstance(value, np.ndarray) else value for name, value in found.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict | list) -> Points:
+        """to_dict's columns, or a list of Point dicts (journals written before the columns)."""
+        if isinstance(d, list):
+            return cls.of([Point.from_dict(p) for p in d])
+        return cls(**d)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+    return bool(a == b)
+
+
 @dataclass
 class Result(Outcome):
     """One IP's answer: its scored points (one output row each), or one row saying why there are none."""
 
     timestamp: str = ""  # the label of the IP's last point, for the row of an IP without points
-    points: list[Point] = field(default_factory=list)
+    points: Points = field(default_factory=Points.empty)
     model: str = ""
     engine: str = ""  # "numpy" or "keras": who computed the forward pass
     log: list[str] = field(default_factory=list)    # the coordinator logs these at INFO
     debug: list[str] = field(default_factory=list)  # and these at DEBUG (-v)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.points, Points):  # Point objects, as callers built them before the columns
+            self.points = Points.of(self.points)
+
     @property
     def anomalies(self) -> int:
-        return sum(point.anomaly for point in self.points)
+        return int(self.points.anomaly.sum())
 
     @property
     def alerts(self) -> int:
-        return sum(bool(point.alert) for point in self.points)
+        return 0 if self.points.alert is None else int(self.points.alert.sum())
 
     def to_dict(self) -> dict:
         """The fields as they are (no deep copy: dataclasses.asdict cost ~0.5 ms a journal line)."""
-        return {**vars(self), "points": [point.to_dict() for point in self.points]}
+        return {**vars(self), "points": self.points.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> Result:
-        return cls(**{**d, "status": Status(d["status"]), "points": [Point.from_dict(p) for p in d.get("points", ())]})
+        return cls(**{**d, "status": Status(d["status"]), "points": Points.from_dict(d.get("points", []))})

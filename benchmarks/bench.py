@@ -1,6 +1,7 @@
 """`make bench`: batchpredict against the loop it replaces, on the same store, in one run.
 
     .venv/bin/python benchmarks/bench.py [--n 200] [--ours-n 1000] [--workers CORES] [--spawn-n 20]
+                                         [--nightly-n 1000] [--nightly-seed-n 100] [--only RUN,...]
 
 1. seed loop: one process, load_model + joblib.load + predict + del + clear_session +
    reset_default_graph + gc.collect per IP (benchmarks/seed_loop.py, in a subprocess; --n IPs,
@@ -12,8 +13,14 @@
    numpy engine;
 6. batchpredict strict on the same store sealed (`store seal`): each worker checks its IP's files against
    manifest.json before reading them; beside it, the sha256 of one IP's files, timed alone.
-Runs 3-6 score --ours-n IPs (the same store, grown), counted from the call to the last row:
-planning and forkserver start-up included. Prints a table and writes benchmarks/results.json.
+7. nightly: the night's workload, `predict --since LABEL --std rolling:96` with the default alerting
+   stage, the CSV and events file written, on --nightly-n IPs of NIGHTLY_BUCKETS five-minute buckets
+   (LABEL leaves NIGHTLY_POINTS, a day, after it); beside it, nightly_seed: the seed loop scoring the
+   same points with one batched `predict` per IP (--nightly-seed-n IPs of the same store).
+Runs 3-7 score --ours-n IPs (the same store, grown), counted from the call to the last row:
+planning and forkserver start-up included. Prints a table and writes benchmarks/results.json;
+with --only, just the runs named, and results.json only with an explicit --out.
+benchmarks/profile_job.py gives the breakdown of a nightly job's time.
 """
 from __future__ import annotations
 
@@ -34,17 +41,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import farm  # noqa: E402
 
-from batchpredict import RunOptions, predict_table  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from batchpredict import Params, RunOptions, predict_table  # noqa: E402
+from batchpredict.commands.predict import predict  # noqa: E402
 from batchpredict.io import manifest  # noqa: E402
 from batchpredict.io.store import Store  # noqa: E402
 from batchpredict.job import default_workers  # noqa: E402
 
+NIGHTLY_BUCKETS, NIGHTLY_POINTS = 400, 288  # a day of five-minute buckets scored, with 112 before them
+NIGHTLY_STD = "rolling:96"
+RUNS = ("seed_loop", "spawn_per_job", "strict_k1", "k25", "strict_keras", "strict_sealed", "nightly_seed", "nightly")
 
-def external(store: str, table: str, n: int, spawn: bool) -> dict:
-    cmd = [sys.executable, os.path.join(HERE, "seed_loop.py"), store, table, "--limit", str(n)]
+
+def external(store: str, table: str, n: int, spawn: bool, points: int = 1) -> dict:
+    cmd = [sys.executable, os.path.join(HERE, "seed_loop.py"), store, table, "--limit", str(n), "--points", str(points)]
     done = subprocess.run(cmd + (["--spawn"] if spawn else []), capture_output=True, text=True, check=True)
     out = json.loads(done.stdout)
     return {"jobs": out["jobs"], "wall_s": out["wall_s"], "jobs_per_s": out["jobs"] / out["wall_s"],
+            "rows_per_s": out["jobs"] * points / out["wall_s"],
             "coordinator_peak_rss_mib": out["peak_rss_mib"],
             "coordinator_rss_growth_mib": out["rss_mib"][-1] - out["rss_mib"][0],
             "worker_peak_rss_mib": out["child_peak_rss_mib"] if spawn else out["peak_rss_mib"],
@@ -68,6 +83,31 @@ def ours(store: str, table: str, workers: int, k: int, engine: str = "auto") -> 
             "predictions": dict(zip(frame["ip"], frame["predicted"], strict=True))}
 
 
+def nightly(store: str, table: str, workers: int, dest: str) -> dict:
+    """The night's command (module docstring, run 7), as the CLI runs it: CSV, events and summary written."""
+    labels = pd.read_csv(table, nrows=0).columns[1:]
+    out = os.path.join(dest, "nightly.csv")
+    params = Params(since=labels[-NIGHTLY_POINTS - 1], std=NIGHTLY_STD)
+    start = time.monotonic()
+    summary = predict(table, store, out, params, RunOptions(workers=workers))
+    wall = time.monotonic() - start
+    frame = pd.read_csv(out, dtype={"ip": str}, usecols=["ip", "predicted", "status", "duration_ms",
+                                                          "worker_peak_rss_mib"])
+    assert (frame["status"] == "ok").all(), frame[frame["status"] != "ok"]
+    jobs = frame.groupby("ip", sort=False).last()
+    assert (frame.groupby("ip").size() == NIGHTLY_POINTS).all()
+    return {"jobs": len(jobs), "rows": len(frame), "wall_s": wall, "jobs_per_s": len(jobs) / wall,
+            "rows_per_s": len(frame) / wall, "points_per_ip": NIGHTLY_POINTS, "std": NIGHTLY_STD,
+            "alert": params.alert, "alerts": summary.get("alerts"), "events": summary["events"],
+            "coordinator_peak_rss_mib": summary["coordinator_peak_rss_mib"],
+            "coordinator_cpu_ms_per_job": summary["timings"]["coordinator_cpu_s"] / len(jobs) * 1e3,
+            "coordinator_rss_growth_mib": None,
+            "worker_peak_rss_mib": float(jobs["worker_peak_rss_mib"].max()),
+            "median_job_ms": float(jobs["duration_ms"].median()),
+            "engines": summary["engines"],
+            "predictions": jobs["predicted"].to_dict()}
+
+
 def hashing_ms(store: str, entries: dict[str, dict], rounds: int = 3) -> float:
     """What a sealed job adds in its worker: manifest.check of one IP, timed over every IP (page cache warm)."""
     opened = Store(store)
@@ -87,50 +127,93 @@ def main() -> None:
     parser.add_argument("--ours-n", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--spawn-n", type=int, default=20)
-    parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    parser.add_argument("--nightly-n", type=int, default=1000)
+    parser.add_argument("--nightly-seed-n", type=int, default=100)
+    parser.add_argument("--only", type=lambda text: text.split(","), default=list(RUNS),
+                        help=f"comma-separated runs among {', '.join(RUNS)}")
+    parser.add_argument("--out", default=None, help="default benchmarks/results.json, unless --only")
     args = parser.parse_args()
+    unknown = set(args.only) - set(RUNS)
+    if unknown:
+        parser.error(f"--only: no run {', '.join(sorted(unknown))}")
+    wanted = [name for name in RUNS if name in args.only]
+    out = args.out or (os.path.join(HERE, "results.json") if len(wanted) == len(RUNS) else None)
+    runs: dict[str, dict] = {}
+    hash_ms = None
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         # The first --n IPs of the grown store are the seed loop's: farm cycles the demo IPs in order.
-        store, table = map(str, farm.build(max(args.n, args.ours_n), tmp))
-        runs = {
-            "seed_loop": external(store, table, args.n, spawn=False),
-            "spawn_per_job": external(store, table, min(args.spawn_n, args.n), spawn=True),
-            "strict_k1": ours(store, table, args.workers, 1),
-            "k25": ours(store, table, args.workers, 25),
-            "strict_keras": ours(store, table, args.workers, 1, engine="keras"),
-        }
-        entries, _ = Store(store).seal()
-        manifest.write(store, entries)
-        runs["strict_sealed"] = ours(store, table, args.workers, 1)
-        hash_ms = hashing_ms(store, entries)
-    seed = runs["seed_loop"]
-    reference = seed["predictions"]
+        if set(wanted) & set(RUNS[:6]):
+            store, table = map(str, farm.build(max(args.n, args.ours_n), os.path.join(tmp, "day")))
+            one_point = {
+                "seed_loop": lambda: external(store, table, args.n, spawn=False),
+                "spawn_per_job": lambda: external(store, table, min(args.spawn_n, args.n), spawn=True),
+                "strict_k1": lambda: ours(store, table, args.workers, 1),
+                "k25": lambda: ours(store, table, args.workers, 25),
+                "strict_keras": lambda: ours(store, table, args.workers, 1, engine="keras"),
+            }
+            for name in RUNS[:5]:
+                if name in wanted:
+                    runs[name] = one_point[name]()
+                    load.append(os.getloadavg()[0])
+            if "strict_sealed" in wanted:
+                entries, _ = Store(store).seal()
+                manifest.write(store, entries)
+                runs["strict_sealed"] = ours(store, table, args.workers, 1)
+                hash_ms = hashing_ms(store, entries)
+                load.append(os.getloadavg()[0])
+        if set(wanted) & {"nightly_seed", "nightly"}:
+            night = os.path.join(tmp, "night")
+            store, table = map(str, farm.build(max(args.nightly_n, args.nightly_seed_n), night,
+                                               buckets=NIGHTLY_BUCKETS))
+            if "nightly_seed" in wanted:
+                runs["nightly_seed"] = external(store, table, args.nightly_seed_n, spawn=False, points=NIGHTLY_POINTS)
+                load.append(os.getloadavg()[0])
+            if "nightly" in wanted:
+                runs["nightly"] = nightly(store, table, args.workers, night)
+                load.append(os.getloadavg()[0])
+    for seed_name, names in (("seed_loop", RUNS[:6]), ("nightly_seed", RUNS[6:])):
+        reference = runs.get(seed_name, {}).get("predictions")
+        for name in names:
+            if name in runs and reference is not None:
+                predictions = runs[name]["predictions"]
+                runs[name]["max_abs_diff_vs_seed"] = max(abs(predictions[ip] - reference[ip])
+                                                         for ip in predictions.keys() & reference)
     for run in runs.values():
-        predictions = run.pop("predictions")
-        run["max_abs_diff_vs_seed"] = max(abs(predictions[ip] - reference[ip]) for ip in predictions.keys() & reference)
+        run.pop("predictions")
+    pairs = {"strict_vs_seed": ("strict_k1", "seed_loop"), "k25_vs_seed": ("k25", "seed_loop"),
+             "strict_keras_vs_seed": ("strict_keras", "seed_loop"), "strict_sealed_vs_seed": ("strict_sealed", "seed_loop"),
+             "spawn_vs_seed": ("spawn_per_job", "seed_loop"), "nightly_vs_seed": ("nightly", "nightly_seed")}
+    ratios = {key: runs[name]["jobs_per_s"] / runs[seed]["jobs_per_s"]
+              for key, (name, seed) in pairs.items() if name in runs and seed in runs}
     results = {
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)},
         "versions": {name: metadata.version(name) for name in ("tensorflow-cpu", "keras", "numpy", "batchpredict")},
-        "n": args.n, "ours_n": args.ours_n, "workers": args.workers, "runs": runs,
+        "n": args.n, "ours_n": args.ours_n, "nightly_n": args.nightly_n, "nightly_seed_n": args.nightly_seed_n,
+        "workers": args.workers, "load_average": [round(x, 2) for x in load], "runs": runs,
         "manifest_check_ms_per_job": hash_ms,
-        "ratios": {"strict_vs_seed": runs["strict_k1"]["jobs_per_s"] / seed["jobs_per_s"],
-                   "k25_vs_seed": runs["k25"]["jobs_per_s"] / seed["jobs_per_s"],
-                   "strict_keras_vs_seed": runs["strict_keras"]["jobs_per_s"] / seed["jobs_per_s"],
-                   "strict_sealed_vs_seed": runs["strict_sealed"]["jobs_per_s"] / seed["jobs_per_s"],
-                   "spawn_vs_seed": runs["spawn_per_job"]["jobs_per_s"] / seed["jobs_per_s"]},
+        "ratios": ratios,
+        "nightly_vs_seed": ratios.get("nightly_vs_seed"),
+        "nightly_jobs_per_s": runs.get("nightly", {}).get("jobs_per_s"),
     }
-    with open(args.out, "w") as fh:
-        json.dump(results, fh, indent=2)
-    print(f"{'run':16} {'jobs':>5} {'jobs/s':>7} {'wall s':>7} {'job ms':>7} {'coord peak':>10} {'coord growth':>12} "
-          f"{'worker peak':>11} {'max |diff|':>10}")
+    if out:
+        with open(out, "w") as fh:
+            json.dump(results, fh, indent=2)
+    print(f"{'run':16} {'jobs':>5} {'jobs/s':>7} {'rows/s':>8} {'wall s':>7} {'job ms':>7} {'coord peak':>10} "
+          f"{'coord growth':>12} {'worker peak':>11} {'max |diff|':>10}")
     for name, run in runs.items():
         job_ms = f"{run['median_job_ms']:7.1f}" if "median_job_ms" in run else f"{'-':>7}"
-        print(f"{name:16} {run['jobs']:5d} {run['jobs_per_s']:7.2f} {run['wall_s']:7.1f} {job_ms} "
-              f"{run['coordinator_peak_rss_mib']:8.0f}Mi {run['coordinator_rss_growth_mib']:10.1f}Mi "
-              f"{run['worker_peak_rss_mib'] or 0:9.0f}Mi {run['max_abs_diff_vs_seed']:10.2e}")
+        rows = f"{run['rows_per_s']:8.1f}" if "rows_per_s" in run else f"{run['jobs_per_s']:8.1f}"
+        growth = run["coordinator_rss_growth_mib"]
+        diff = run.get("max_abs_diff_vs_seed")
+        print(f"{name:16} {run['jobs']:5d} {run['jobs_per_s']:7.2f} {rows} {run['wall_s']:7.1f} {job_ms} "
+              f"{run['coordinator_peak_rss_mib']:8.0f}Mi {'-' if growth is None else f'{growth:.1f}Mi':>12} "
+              f"{run['worker_peak_rss_mib'] or 0:9.0f}Mi {'-' if diff is None else f'{diff:.2e}':>10}")
     print("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in results["ratios"].items()))
-    print(f"manifest check (sha256 of one IP's model and scaler, and its std): {hash_ms:.3f} ms a job")
+    if hash_ms is not None:
+        print(f"manifest check (sha256 of one IP's model and scaler, and its std): {hash_ms:.3f} ms a job")
+    print("load average (1 min) before and after each run: " + " ".join(f"{x:.2f}" for x in load))
 
 
 if __name__ == "__main__":

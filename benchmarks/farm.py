@@ -15,13 +15,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build(n: int, dest: str | Path, source: str | Path = ROOT / "models",
-          stats: str | Path = ROOT / "examples" / "stats.csv") -> tuple[Path, Path]:
-    """(store, table) for n IPs under dest."""
+          stats: str | Path = ROOT / "examples" / "stats.csv", buckets: int | None = None) -> tuple[Path, Path]:
+    """(store, table) for n IPs under dest.
+
+    `buckets`: a table of that many five-minute buckets instead of stats.csv's 48 hourly ones: each IP's
+    history.csv series continued by its stats.csv row, the last `buckets` values, relabelled. The models
+    saw hourly buckets, so the values mean the same to them whatever the labels say.
+    """
     dest, source = Path(dest), Path(source)
     store = dest / "store"
     for sub in ("model", "sc", "std"):
         (store / sub).mkdir(parents=True, exist_ok=True)
     demo = pd.read_csv(stats, dtype={"ip": str})
+    if buckets is not None:
+        demo = _long_series(demo, buckets)
     stds = json.loads((source / "std" / "std.json").read_text())
     models = {p.name.rsplit(".", 1)[0]: p for p in (source / "model").iterdir() if p.suffix in (".h5", ".keras")}
     rows, new_stds = [], {}
@@ -37,6 +44,17 @@ def build(n: int, dest: str | Path, source: str | Path = ROOT / "models",
     table = dest / "stats.csv"
     pd.DataFrame(rows, columns=demo.columns).to_csv(table, index=False)
     return store, table
+
+
+def _long_series(demo: pd.DataFrame, buckets: int) -> pd.DataFrame:
+    history = pd.read_csv(ROOT / "examples" / "history.csv", dtype={"ip": str}).set_index("ip")
+    values = pd.concat([history.loc[demo["ip"]].reset_index(drop=True), demo.iloc[:, 1:]], axis=1).to_numpy()
+    if values.shape[1] < buckets:
+        raise ValueError(f"the demo series have {values.shape[1]} values, fewer than {buckets}")
+    labels = pd.date_range("2026-11-27T00:00", periods=buckets, freq="5min").strftime("%Y-%m-%dT%H:%M")
+    frame = pd.DataFrame(values[:, -buckets:], columns=list(labels))
+    frame.insert(0, "ip", demo["ip"].to_numpy())
+    return frame
 
 
 def origin_of(i: int, stats: str | Path = ROOT / "examples" / "stats.csv") -> str:

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..result import Point, Result, Status
-from .events import RANK, collapse, distance, event_columns, event_names
+from ..result import SEVERITIES, Points, Result, Status
+from .events import collapse, distance, event_columns, event_names
 from .files import write_atomic
 
 ALERT_COLUMNS = ["alert", "score", "alert_source"]  # appended where the alerting stage runs (Params.alerting)
@@ -27,27 +27,75 @@ def columns(sigmas: tuple[float, float], std_source: bool = False, alert: bool =
 
 
 def rows(result: Result, std_source: bool = False, alert: bool = False) -> list[list[Any]]:
-    """The result's CSV rows: one per scored point, in time order, or one saying why there is none."""
-    return ([row(result, point, std_source, alert) for point in result.points]
-            or [row(result, None, std_source, alert)])
+    """The result's CSV rows as cells: one per scored point, in time order, or one saying why there is none."""
+    n = len(result.points)
+    if not n:
+        return [row(result, std_source, alert)]
+    points, alerts = _point_columns(result.points, std_source, alert, text=False)
+    # Each column is made at once, the result's cells repeated, not a row at a time.
+    tail = ([cell] * n for cell in _result_cells(result))
+    return [list(cells) for cells in zip([result.ip] * n, *points, *tail, *alerts, strict=True)]
 
 
-def row(result: Result, point: Point | None, std_source: bool = False, alert: bool = False) -> list[Any]:
-    """One point of the result as CSV cells; None is an empty cell, floats keep full precision."""
-    if point is None:
-        values: list[Any] = [result.timestamp] + [None] * (9 + std_source)
-        alerts: list[Any] = [None] * len(ALERT_COLUMNS)
-    else:
-        anomaly = "true" if point.anomaly else "false"
-        bands = [v for pair in zip(point.lower, point.upper, strict=True) for v in pair]
-        values = [point.timestamp, point.observed, point.predicted, point.std, *[point.std_source] * std_source,
-                  *bands, anomaly, point.severity.value]
-        alerts = [None if point.alert is None else "true" if point.alert else "false", point.score,
-                  point.alert_source]
-    return [result.ip, *values, result.status.value, result.error, result.model, result.attempts,
+def row(result: Result, std_source: bool = False, alert: bool = False) -> list[Any]:
+    """The one row of a result without points; None is an empty cell."""
+    return [result.ip, result.timestamp, *[None] * (9 + std_source), *_result_cells(result),
+            *[None] * len(ALERT_COLUMNS) * alert]
+
+
+def text(result: Result, std_source: bool = False, alert: bool = False, writer: _Writer | None = None) -> str:
+    """rows() as CSV text, byte for byte what the csv module writes of them, made a column at a time: the
+    floats' repr over each array, the result's own cells rendered once and repeated.
+
+    `writer`: one to reuse; each new one is a reference cycle that only the collector frees."""
+    writer = writer or _Writer()
+    n = len(result.points)
+    if not n or _needs_quotes(result.points.timestamp):
+        return writer.render(rows(result, std_source, alert))
+    ip, middle = writer.render([[result.ip]])[:-1], writer.render([_result_cells(result)])[:-1]
+    points, alerts = _point_columns(result.points, std_source, alert, text=True)
+    *between, last = [[middle] * n, *alerts]
+    return "".join(map(",".join, zip([ip] * n, *points, *between, [cell + "\n" for cell in last], strict=True)))
+
+
+def _needs_quotes(labels: np.ndarray) -> bool:
+    """A label the csv module would quote: text() then leaves the result to it."""
+    return bool(any(np.char.find(labels, c).max() >= 0 for c in ',"\r\n'))
+
+
+def _result_cells(result: Result) -> list[Any]:
+    """The cells every row of the result repeats after its points' own."""
+    return [result.status.value, result.error, result.model, result.attempts,
             None if result.duration_ms is None else round(result.duration_ms, 1), result.worker_pid,
-            None if result.worker_peak_rss_mib is None else round(result.worker_peak_rss_mib, 1),
-            *alerts[:len(ALERT_COLUMNS) * alert]]
+            None if result.worker_peak_rss_mib is None else round(result.worker_peak_rss_mib, 1)]
+
+
+_SEVERITY_NAMES = np.array([severity.value for severity in SEVERITIES])
+
+
+def _point_columns(points: Points, std_source: bool, alert: bool, text: bool
+                   ) -> tuple[list[list[Any]], list[list[Any]]]:
+    """The per-point columns of the rows, from timestamp to severity, and the alert columns: as cells, or as
+    CSV text (a float's repr, as the csv module writes it; an empty cell for None)."""
+    floats: Any = (lambda values: list(map(repr, values.tolist()))) if text else (lambda values: values.tolist())
+    bands = [floats(side[k]) for k in range(len(points.lower)) for side in (points.lower, points.upper)]
+    columns = [points.timestamp.tolist(), floats(points.observed), floats(points.predicted), floats(points.std),
+               *[points.std_sources().tolist()] * std_source, *bands,
+               np.where(points.anomaly, "true", "false").tolist(), _SEVERITY_NAMES[points.severity].tolist()]
+    alerts: list[list[Any]] = []
+    if alert:
+        n = len(points)
+        sources = points.alert_sources()
+        if points.alert is None or points.score is None or points.judged is None or sources is None:
+            empty = "" if text else None
+            alerts = [[empty] * n, [empty] * n, [""] * n]
+        else:
+            score = floats(points.score)
+            alerts = [np.where(points.alert, "true", "false").tolist(),
+                      [value if judged else "" if text else None
+                       for value, judged in zip(score, points.judged.tolist(), strict=True)],
+                      sources.tolist()]
+    return columns, alerts
 
 
 def events(frame: pd.DataFrame) -> pd.DataFrame:
@@ -62,15 +110,12 @@ def result_events(result: Result, alert: bool = False) -> list[list[Any]]:
     """The alert events of one result's points, as EVENT_COLUMNS cells (`open` as true/false), and with
     `alert` the alerts among each event's points."""
     points = result.points
-    if not any(point.anomaly for point in points):
+    if not points.anomaly.any():
         return []
-    observed, predicted, std = (np.array([getattr(p, name) for p in points], dtype=float)
-                                for name in ("observed", "predicted", "std"))
-    found = event_columns(np.full(len(points), result.ip, dtype=object),
-                          np.array([p.timestamp for p in points], dtype=object),
-                          np.array([RANK[p.severity.value] for p in points]), distance(observed, predicted, std),
-                          np.array([p.anomaly for p in points]),
-                          np.array([bool(p.alert) for p in points]) if alert else None)
+    alerts = (np.zeros(len(points), dtype=bool) if points.alert is None else points.alert) if alert else None
+    found = event_columns(np.full(len(points), result.ip, dtype=object), points.timestamp.astype(object),
+                          points.severity.astype(int), distance(points.observed, points.predicted, points.std),
+                          points.anomaly, alerts)
     return [[("true" if cell else "false") if isinstance(cell, bool) else cell for cell in cells]
             for cells in zip(*(found[c].tolist() for c in event_names(alert)), strict=True)]
 
@@ -141,8 +186,10 @@ class Rows:
             self._events += [None] * missing * self.keeps_events
             self._codes += bytes(2 * missing)
             self._tallies.extend([0] * len(_TALLIES) * missing)
-        cells = rows(result, self._std_source, self._alert)
-        self._rows[position] = cells if self._cells else self._writer.render(cells)
+        if self._cells:
+            self._rows[position] = rows(result, self._std_source, self._alert)
+        else:
+            self._rows[position] = text(result, self._std_source, self._alert, self._writer)
         found = result_events(result, self._alert)
         if self.keeps_events:
             self._events[position] = found if self._cells else self._writer.render(found)
@@ -151,12 +198,11 @@ class Rows:
             self._engines.append(engine)
         self._codes[2 * position:2 * position + 2] = bytes((
             _STATUSES[result.status], self._engines.index(engine) + 1 if engine else 0))
-        severities = [point.severity.value for point in result.points]
+        severities = np.bincount(result.points.severity, minlength=len(SEVERITIES)).tolist()
         peaks = [event[4] for event in found]
         at = len(_TALLIES) * position
         self._tallies[at:at + len(_TALLIES)] = array("l", (
-            len(cells), severities.count("normal"), severities.count("warning"), severities.count("critical"),
-            peaks.count("warning"), peaks.count("critical"), result.alerts))
+            max(len(result.points), 1), *severities, peaks.count("warning"), peaks.count("critical"), result.alerts))
         if result.worker_peak_rss_mib:
             self._peaks[position] = result.worker_peak_rss_mib
         elif self._peaks:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..result import Severity
+from ..result import SEVERITIES, Severity
 
 STD_KINDS = ("store", "rolling", "mad")
 MAD_TO_STD = 1.4826  # the median absolute deviation of normal noise, times this, is its std
@@ -21,8 +21,8 @@ def std_mode(text: str) -> tuple[str, int]:
     raise ValueError(f"--std takes store, rolling:N or mad:N with N >= 2, not {text!r}")
 
 
-def point_stds(residuals: np.ndarray, store_std: float, kind: str, count: int) -> tuple[np.ndarray, list[str]]:
-    """The std each point is judged by, and where it came from (`store` or the --std mode).
+def point_stds(residuals: np.ndarray, store_std: float, kind: str, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The std each point is judged by, and where it came from: true where from the --std mode, not the store.
 
     `rolling:N`: the std (ddof 1, as `train` computes the store's) of the N residuals (observed -
     predicted) before the point; `mad:N`: 1.4826 x the median of their absolute values, not centred
@@ -31,13 +31,13 @@ def point_stds(residuals: np.ndarray, store_std: float, kind: str, count: int) -
     store's std.
     """
     stds = np.full(len(residuals), store_std, dtype=float)
-    sources = np.full(len(residuals), "store", dtype=object)
+    rolled = np.zeros(len(residuals), dtype=bool)
     if kind != "store" and len(residuals) > count:
         windows = sliding_window_view(residuals[:-1], count)  # windows[i]: the N before point i + N
         scales = np.concatenate([_scale(windows[at:at + _BLOCK], kind) for at in range(0, len(windows), _BLOCK)])
         usable = np.flatnonzero(scales > 0)
-        stds[usable + count], sources[usable + count] = scales[usable], f"{kind}:{count}"
-    return stds, sources.tolist()
+        stds[usable + count], rolled[usable + count] = scales[usable], True
+    return stds, rolled
 
 
 def _scale(windows: np.ndarray, kind: str) -> np.ndarray:
@@ -46,12 +46,20 @@ def _scale(windows: np.ndarray, kind: str) -> np.ndarray:
     return MAD_TO_STD * np.median(np.abs(windows), axis=1)
 
 
+def verdicts(observed: np.ndarray, predicted: np.ndarray, std: np.ndarray, sigmas: tuple[float, float]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lowers, uppers, anomaly, severity) of every point at once: the bands one row per sigma, the severity
+    as codes into result.SEVERITIES. The observed value is compared, not the prediction: the original
+    script's `predicted < lower` could never be true."""
+    spread = np.multiply.outer(np.asarray(sigmas, dtype=float), std)
+    lowers, uppers = predicted - spread, predicted + spread
+    outside = (observed < lowers) | (observed > uppers)
+    return lowers, uppers, outside[0], np.where(outside[1], 2, outside[0].astype(np.uint8)).astype(np.uint8)
+
+
 def assess(observed: float, predicted: float, std: float, sigmas: tuple[float, float]
            ) -> tuple[tuple[float, ...], tuple[float, ...], bool, Severity]:
-    """(lowers, uppers, anomaly, severity). The observed value is compared, not the prediction:
-    the original script's `predicted < lower` could never be true."""
-    lowers = tuple(predicted - k * std for k in sigmas)
-    uppers = tuple(predicted + k * std for k in sigmas)
-    outside = [observed < lo or observed > hi for lo, hi in zip(lowers, uppers, strict=True)]
-    severity = Severity.CRITICAL if outside[1] else Severity.WARNING if outside[0] else Severity.NORMAL
-    return lowers, uppers, outside[0], severity
+    """verdicts() of one point: (lowers, uppers, anomaly, severity)."""
+    lowers, uppers, anomaly, severity = verdicts(np.array([observed]), np.array([predicted]), np.array([std]), sigmas)
+    return (tuple(lowers[:, 0].tolist()), tuple(uppers[:, 0].tolist()), bool(anomaly[0]),
+            SEVERITIES[int(severity[0])])

@@ -9,9 +9,9 @@ from .. import extras
 from ..errors import JobError, Unsupported, first_line
 from ..io import manifest
 from ..job import Job
-from ..result import Point, Result, Status
+from ..result import Points, Result, Status
 from . import alerting, loading, scalers
-from .anomaly import assess, point_stds, std_mode
+from .anomaly import point_stds, std_mode, verdicts
 from .features import scored_windows
 from .loading import load_model
 
@@ -70,18 +70,13 @@ def _score(job: Job, result: Result) -> None:
     if not finite.all():
         raise JobError(Status.ERROR, f"model returned {predicted[~finite][0]} for a finite window")
     residuals = observed - predicted
-    stds, sources = point_stds(residuals, job.std, kind, count)
-    keep = np.flatnonzero(positions >= start)
-    points = [Point(job.labels[at], seen, guess, std, *assess(seen, guess, std, params.sigmas), source)
-              for at, seen, guess, std, source in zip(positions[keep].tolist(), observed[keep].tolist(),
-                                                      predicted[keep].tolist(), stds[keep].tolist(),
-                                                      [sources[i] for i in keep.tolist()], strict=True)]
+    stds, rolled = point_stds(residuals, job.std, kind, count)
+    # Every point's bands and verdict, the history's too: the alerting stage falls back on its critical ones.
+    lowers, uppers, anomaly, severity = verdicts(observed, predicted, stds, params.sigmas)
+    keep = slice(int(np.searchsorted(positions, start)), None)  # positions ascend: the points to write
+    alert = score = judged = None
     if method:
-        limit = params.sigmas[1] * stds  # the seed's critical band, the fallback where history is short
-        critical = (observed < predicted - limit) | (observed > predicted + limit)
-        alert, score, judged = alerting.alerts(residuals, critical, job.std, method)
-        for point, flag, value, by in zip(points, alert[keep].tolist(), score[keep].tolist(), judged[keep].tolist(),
-                                          strict=True):
-            point.alert, point.score = flag, value if by else None
-            point.alert_source = method.name if by else "severity"
-    result.points = points
+        alert, score, judged = (a[keep] for a in alerting.alerts(residuals, severity == 2, job.std, method))
+    result.points = Points(np.asarray(job.labels)[positions[keep]], observed[keep], predicted[keep], stds[keep],
+                           lowers[:, keep], uppers[:, keep], anomaly[keep], severity[keep], rolled[keep],
+                           params.std, alert, score, judged, method.name if method else "")

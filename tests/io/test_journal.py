@@ -135,7 +135,7 @@ def test_a_points_run_resumed_mid_way_writes_the_uninterrupted_runs_csv(store, t
     _, stderr = run.communicate(timeout=60)
     assert run.returncode == 128 + signal.SIGTERM, stderr
     first = journal_results(journal)
-    assert 3 <= len(first) < len(BASE_IPS) and all(len(r["points"]) == 5 for r in first)  # a line per IP
+    assert 3 <= len(first) < len(BASE_IPS) and all(len(r["points"]["observed"]) == 5 for r in first)  # a line per IP
     resumed = run_cli("predict", "--data", table, "--models", store, "--out", out, "--resume")
     assert resumed.returncode == 2 and "another table, store or settings" in resumed.stderr  # --points is an input
 

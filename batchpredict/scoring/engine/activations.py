@@ -16,9 +16,13 @@ _SELU_ALPHA, _SELU_SCALE = np.float32(1.6732632423543772), np.float32(1.05070098
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    # exp of -|x| only, so large inputs neither overflow nor warn.
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, _ONE / (_ONE + e), e / (_ONE + e))
+    """1 / (1 + exp(-x)) as 0.5 tanh(x / 2) + 0.5: one transcendental pass and one array, where the exp of
+    -|x| took nine passes; it neither overflows nor warns, and differs from it by float32 rounding (~3e-8)."""
+    t = np.multiply(x, _HALF, dtype=np.float32)
+    np.tanh(t, out=t)
+    t *= _HALF
+    t += _HALF
+    return t
 
 
 def hard_sigmoid_keras2(x: np.ndarray) -> np.ndarray:

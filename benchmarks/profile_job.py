@@ -1,0 +1,151 @@
+"""Where a nightly job's time goes: each step of prediction.run_job timed, in a worker forked per job as the lean
+forkserver forks them, then the result's trip to the coordinator and the coordinator's rendering of its rows.
+
+    .venv/bin/python benchmarks/profile_job.py [--n 100] [--points 288] [--std rolling:96] [--alert likelihood]
+
+The steps are timed by wrapping the functions prediction.py calls (time.perf_counter around each), so the
+code timed is the product's own; nothing in the product is instrumented. Prints the median per job and
+per row of each step, and `--json` writes them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import batchpredict.runtime.preload  # noqa: E402,F401,I001 - first: one BLAS thread, as in every worker
+import batchpredict.runtime.preload.lean  # noqa: E402,F401 - the worker's parent, as the lean forkserver is
+import farm  # noqa: E402
+from batchpredict.commands import predict as coordinator  # noqa: E402
+from batchpredict.io import output  # noqa: E402
+from batchpredict.io.store import Store  # noqa: E402
+from batchpredict.io.table import Table  # noqa: E402
+from batchpredict.job import Params  # noqa: E402
+from batchpredict.scoring import alerting, anomaly, prediction, scalers  # noqa: E402
+
+STEPS = ("read scaler", "read model", "windows", "scale", "forward pass", "stds", "bands and verdicts", "alerts",
+         "other in the job")
+spent: dict[str, float] = defaultdict(float)
+
+
+def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[name] += time.perf_counter() - start
+    return call
+
+
+def instrument() -> None:
+    """Wraps what prediction._score calls, where it looks each name up."""
+    def scaler(load: Callable[[str], Any]) -> Callable[[str], Any]:
+        def read(path: str) -> Any:
+            found = timed("read scaler", load)(path)
+            for method in ("transform", "inverse_transform"):  # a frozen dataclass: set past its guard
+                object.__setattr__(found, method, timed("scale", getattr(found, method)))
+            return found
+        return read
+
+    def model_reader(path: str, *args: Any, **kwargs: Any) -> Any:
+        model = timed("read model", original_load)(path, *args, **kwargs)
+        model.predict = timed("forward pass", model.predict)
+        return model
+
+    scalers.read_untrusted = scaler(scalers.read_untrusted)
+    scalers.load_scaler = scaler(scalers.load_scaler)
+    original_load = prediction.load_model
+    prediction.load_model = model_reader
+    prediction.scored_windows = timed("windows", prediction.scored_windows)
+    prediction.point_stds = timed("stds", prediction.point_stds)
+    for name in ("assess", "verdicts"):  # the per-point verdict, or its vectorised form
+        for module in (prediction, anomaly):
+            if hasattr(module, name):
+                setattr(module, name, timed("bands and verdicts", getattr(module, name)))
+    alerting.alerts = timed("alerts", alerting.alerts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100)
+    parser.add_argument("--buckets", type=int, default=400)
+    parser.add_argument("--points", type=int, default=288)
+    parser.add_argument("--std", default="rolling:96")
+    parser.add_argument("--alert", default="likelihood")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        store, table_path = map(str, farm.build(args.n, tmp, buckets=args.buckets))
+        table = Table(table_path)
+        since = table.labels[-args.points - 1] if args.points > 1 else None
+        params = Params(since=since, std=args.std, alert=args.alert)
+        rows = coordinator._rows(params)
+        plan = coordinator.Plan(table, Store(store), params, "auto", rows)
+        jobs = [job for job in plan.jobs_of(table.chunks()) if job is not None]
+        instrument()
+        per_job: list[dict[str, float]] = []
+        points = 0
+        for job in jobs:
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker: one job, its timings and its pickled result down the pipe
+                os.close(read)
+                start = time.perf_counter()
+                result = prediction.run_job(job)
+                total = time.perf_counter() - start
+                result.duration_ms = total * 1e3
+                pickled = time.perf_counter()
+                payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+                spent["pickle in the worker"] = time.perf_counter() - pickled
+                spent["job"] = total
+                message = pickle.dumps((dict(spent), payload))
+                with os.fdopen(write, "wb") as fh:
+                    fh.write(message)
+                os._exit(0)
+            os.close(write)
+            with os.fdopen(read, "rb") as fh:
+                timings, payload = pickle.loads(fh.read())
+            os.waitpid(pid, 0)
+            start = time.perf_counter()
+            result = pickle.loads(payload)
+            timings["unpickle in the coordinator"] = time.perf_counter() - start
+            timings["result bytes"] = len(payload)
+            start = time.perf_counter()
+            plan.finish(result)
+            timings["coordinator rows (CSV, events, tallies)"] = time.perf_counter() - start
+            start = time.perf_counter()
+            json.dumps(result.to_dict())
+            timings["journal line"] = time.perf_counter() - start
+            timings["other in the job"] = timings["job"] - sum(timings.get(step, 0.0) for step in STEPS[:-1])
+            assert result.status.value == "ok", result.error
+            points = len(result.points)
+            per_job.append(timings)
+    names = [*STEPS, "job", "pickle in the worker", "unpickle in the coordinator",
+             "coordinator rows (CSV, events, tallies)", "journal line"]
+    medians = {name: statistics.median(t.get(name, 0.0) for t in per_job) * 1e3 for name in names}
+    print(f"{len(per_job)} jobs, {points} rows each, --std {args.std}, --alert {args.alert}; load average "
+          f"{os.getloadavg()[0]:.2f}")
+    print(f"{'step':42} {'median ms/job':>13} {'us/row':>8}")
+    for name in names:
+        print(f"{name:42} {medians[name]:13.2f} {medians[name] * 1e3 / max(points, 1):8.1f}")
+    print(f"{'result bytes':42} {statistics.median(t['result bytes'] for t in per_job):13.0f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"jobs": len(per_job), "rows_per_job": points, "std": args.std, "alert": args.alert,
+                       "load_average": os.getloadavg()[0], "median_ms": medians,
+                       "result_bytes": statistics.median(t["result bytes"] for t in per_job)}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
