@@ -14,8 +14,8 @@ from . import logs
 from .commands.evaluation import BASELINES, FLAGS
 from .errors import BatchPredictError
 from .job import ENGINES, Params, RunOptions, default_workers
-from .result import Status
 from .runtime.backend import BACKENDS
+from .status import Status
 
 log = logging.getLogger("batchpredict")
 N = TypeVar("N", int, float)

@@ -4,8 +4,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .result import Result, Status
+if TYPE_CHECKING:  # result.py imports numpy, which the command line's --help does without
+    from .result import Result, Status
 
 
 @dataclass(frozen=True)
@@ -86,5 +88,7 @@ class Job:
         return dataclasses.replace(self, pool="full", notes=(*self.notes, reason))
 
     def failed(self, status: Status, error: str) -> Result:
+        from .result import Result
+
         return Result(ip=self.ip, status=status, error=error, model=self.model,
                       timestamp=self.labels[-1] if self.labels else "")

@@ -3,38 +3,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-
-class Status(str, Enum):
-    OK = "ok"
-    NO_MODEL = "no_model"
-    INSUFFICIENT_DATA = "insufficient_data"
-    INVALID_INPUT = "invalid_input"
-    LOAD_ERROR = "load_error"
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"
-    MEMORY_EXCEEDED = "memory_exceeded"
-    ERROR = "error"
-
-    @property
-    def failed(self) -> bool:
-        """A failed job makes the run exit 1 (docs/design.md §5); the others are answers."""
-        return self in _FAILED
-
-
-_FAILED = {Status.LOAD_ERROR, Status.TIMEOUT, Status.CRASHED, Status.MEMORY_EXCEEDED, Status.ERROR}
-
-
-class Severity(str, Enum):
-    NORMAL = "normal"
-    WARNING = "warning"
-    CRITICAL = "critical"
-
+from .status import Severity, Status
 
 SEVERITIES = list(Severity)  # a severity code (Points.severity) is its index here
 

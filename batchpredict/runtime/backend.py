@@ -6,17 +6,22 @@ choices, and its --help should not pay for multiprocess and psutil.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import UsageError
 from ..job import RunOptions
-from ..result import Outcome
+
+if TYPE_CHECKING:  # result.py imports numpy, which --help does without
+    from ..result import Outcome
+
+# Whatever a handler answers (a Result, a TrainResult, a CheckResult), the executor yields the same.
+Answer = TypeVar("Answer", bound="Outcome")
 
 
 class Executor(Protocol):
     name: str
 
-    def run(self, handler: Callable[[Any], Outcome], tasks: Iterable) -> Iterator[Outcome]: ...
+    def run(self, handler: Callable[[Any], Answer], tasks: Iterable) -> Iterator[Answer]: ...
 
 
 def local_settings(options: RunOptions) -> dict:

@@ -23,11 +23,13 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import Interrupted, UsageError, first_line
 from ..result import Outcome, Status
 from .executor import LocalExecutor
+
+Answer = TypeVar("Answer", bound=Outcome)
 
 log = logging.getLogger("batchpredict")
 
@@ -136,7 +138,7 @@ class RayExecutor:
         self.workers = settings["workers"]
         self.retries = settings["retries"]
 
-    def run(self, handler: Callable[[Any], Outcome], tasks: Iterable) -> Iterator[Outcome]:
+    def run(self, handler: Callable[[Any], Answer], tasks: Iterable) -> Iterator[Answer]:
         """Yield one outcome per task, a shard at a time in completion order.
 
         Up to LOOKAHEAD tasks are read before the first shard, to size the shards from their number;
