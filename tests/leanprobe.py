@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
 
 from batchpredict.job import Job
@@ -53,6 +54,11 @@ class Weird(Outcome):
 
 def handler(task: Task) -> Outcome:
     """Does what the task's action says; a plain outcome says which kind of worker ran it."""
+    if task.action.startswith("noted-"):  # the test learns which process runs it, and since when
+        with open(task.ip + ".tmp", "w") as fh:
+            fh.write(f"{os.getpid()} {time.monotonic()}")  # CLOCK_MONOTONIC: the same in every process
+        os.replace(task.ip + ".tmp", task.ip)
+        task = Task(task.ip, task.action.removeprefix("noted-"), task.pool)
     if task.action == "full-only" and prediction.LEAN:
         return Outcome(ip=task.ip, reroute="needs the TensorFlow pool")
     if task.action in POISONS:

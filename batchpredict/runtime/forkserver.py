@@ -46,10 +46,8 @@ class Process(_ForkserverProcess):
     """A process forked by the forkserver of its pool."""
 
     def __init__(self, pool: str, **kwargs: Any) -> None:
-        if pool not in PRELOADS:
-            raise ValueError(f"no forkserver named {pool!r}")
         super().__init__(**kwargs)
-        self.pool = pool
+        self.pool = _known(pool)
 
     @staticmethod
     def _Popen(process_obj: Process) -> _Popen:
@@ -128,6 +126,21 @@ def _dumps(*objects: Any) -> io.BytesIO:
         for obj in objects:
             reduction.dump(obj, buf)
     return buf
+
+
+def launch(pool: str) -> None:
+    """Start the pool's forkserver unless it is running; it preloads on its own, and the first fork waits for it.
+
+    Call it on a thread that lasts as long as the server should: the kernel kills a forkserver when the
+    thread that started it ends (PR_SET_PDEATHSIG, preload/__init__.py), not only with its process.
+    """
+    _server(_known(pool)).ensure_running()
+
+
+def _known(pool: str) -> str:
+    if pool not in PRELOADS:
+        raise ValueError(f"no forkserver named {pool!r}")
+    return pool
 
 
 def _server(pool: str) -> forkserver.ForkServer:

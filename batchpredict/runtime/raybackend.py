@@ -23,13 +23,11 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import Interrupted, UsageError, first_line
 from ..result import Outcome, Status
-from .executor import LocalExecutor
-
-Answer = TypeVar("Answer", bound=Outcome)
+from .executor import Answer, LocalExecutor
 
 log = logging.getLogger("batchpredict")
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 
 import joblib
@@ -203,8 +205,8 @@ def test_ten_percent_poisoned_store_completes_with_every_row(tmp_path):
         write_scaler(store, ip, Poison(POISONS[kind]) if kind in POISONS else fitted_scaler(series_for(ip)))
     write_stds(store, {ip: 2.0 for ip in ips})
     table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})
-    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--trust-store", "--timeout", "5",
-                   "--max-worker-memory", "1.2GiB", timeout=540)
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--trust-store",
+                   "--timeout", "5", "--max-worker-memory", "1.2GiB", timeout=540)
     assert done.returncode == 1, done.stderr
     frame = read_out(tmp_path / "a.csv").set_index("ip")
     assert list(frame.index) == ips
@@ -216,17 +218,151 @@ def test_ten_percent_poisoned_store_completes_with_every_row(tmp_path):
 
 
 @pytest.mark.parametrize("jobs_per_worker", [1, 3])
-def test_tasks_are_read_as_workers_come_free(jobs_per_worker):
-    """A stream is read a worker's batch at a time; a None in it only lets the executor look at its workers."""
-    read = []
+def test_tasks_are_read_on_the_consumers_thread_a_bounded_way_ahead(jobs_per_worker):
+    """A stream is read where the outcomes are taken, at most `ahead` unanswered tasks (and as many outcomes
+    not taken) before them; a None in it only lets the executor pass on the outcomes done."""
+    read, readers = [], set()
 
     def stream():
-        for i in range(10):
+        for i in range(100):
             read.append(i)
+            readers.add(threading.current_thread())
             yield Task(f"t{i}")
             if i % 4 == 0:
                 yield None
 
-    seen = [(r.ip, len(read)) for r in LocalExecutor(workers=2, jobs_per_worker=jobs_per_worker).run(handler, stream())]
-    assert sorted(ip for ip, _ in seen) == sorted(f"t{i}" for i in range(10))
-    assert seen[0][1] <= 2 * jobs_per_worker  # at the first result, no more than the two workers hold
+    executor = LocalExecutor(workers=2, jobs_per_worker=jobs_per_worker)
+    seen = [(r.ip, len(read)) for r in executor.run(handler, stream())]
+    assert sorted(ip for ip, _ in seen) == sorted(f"t{i}" for i in range(100))
+    assert readers == {threading.current_thread()}
+    assert all(count - taken < 2 * executor.ahead < 100 for taken, (_, count) in enumerate(seen))
+
+
+# The supervisor thread, whatever the consumer does. A `noted-` task's worker writes its pid and start.
+def noted(path: str, within: float = 20.0) -> tuple[int, float]:
+    """The pid and start (time.monotonic) of the worker running the `noted-` task of `path`."""
+    deadline = time.monotonic() + within
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"no worker ran {path}"
+        time.sleep(0.01)
+    with open(path) as fh:
+        pid, started = fh.read().split()
+    return int(pid), float(started)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def busy(seconds: float) -> None:
+    """Planning as the coordinator does it: on the CPU, holding the GIL but for the interpreter's switches."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def supervisors() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("batchpredict")]
+
+
+@pytest.mark.parametrize("planning", [lambda: time.sleep(0.01), lambda: busy(0.01)], ids=["sleeping", "computing"])
+def test_a_hanging_job_is_killed_on_time_while_the_consumer_plans(tmp_path, planning):
+    timeout, path = 1.0, str(tmp_path / "hang")
+    killed_after: list[float] = []
+
+    def tasks():
+        yield Task(path, "noted-hang", pool="lean")
+        pid, started = noted(path)
+        while time.monotonic() < started + 4 * timeout and not gone(pid):  # the next task takes long to plan
+            planning()
+        killed_after.append(time.monotonic() - started)
+        yield Task("next", pool="lean")
+
+    results = {r.ip: r for r in LocalExecutor(workers=2, timeout=timeout).run(handler, tasks())}
+    assert killed_after[0] < timeout + 0.5, killed_after
+    assert results[path].status is Status.TIMEOUT and results["next"].status is Status.OK
+
+
+def test_a_worker_over_the_memory_cap_is_killed_on_time_while_the_consumer_is_slow(tmp_path):
+    path = str(tmp_path / "hog")
+    tasks = [Task("a", pool="lean"), Task(path, "noted-hog", pool="lean"), Task("b", pool="lean")]
+    killed_after: list[float] = []
+    results = {}
+    for outcome in LocalExecutor(workers=2, timeout=30, max_memory_mib=300).run(handler, tasks):
+        results[outcome.ip] = outcome
+        if not killed_after:  # slow with its first outcome (the hog eats ~2 GiB/s unchecked, hence the cap)
+            pid, started = noted(path)
+            while time.monotonic() < started + 2 and not gone(pid):
+                time.sleep(0.01)
+            killed_after.append(time.monotonic() - started)
+        time.sleep(0.2)
+    assert killed_after[0] < 1.0, killed_after
+    assert results[path].status is Status.MEMORY_EXCEEDED and "over the cap" in results[path].error
+    assert results["a"].status is results["b"].status is Status.OK
+
+
+@pytest.mark.parametrize("stop", ["close", "raise"])
+def test_a_consumer_that_stops_early_leaves_no_worker_and_no_thread(tmp_path, stop):
+    paths = [str(tmp_path / f"hang{i}") for i in range(2)]
+    tasks = [Task("a", pool="lean"), *(Task(p, "noted-hang", pool="lean") for p in paths), Task("z", pool="lean")]
+    pids: list[int] = []
+    executor = LocalExecutor(workers=2, timeout=60)
+    if stop == "close":
+        run = executor.run(handler, tasks)
+        next(run)
+        pids += [noted(p)[0] for p in paths]
+        run.close()
+    else:  # as the coordinator consumes: the generator goes (and closes) with the exception
+        with pytest.raises(RuntimeError, match="the consumer failed"):
+            for _ in executor.run(handler, tasks):
+                pids += [noted(p)[0] for p in paths]
+                raise RuntimeError("the consumer failed")
+    assert all(gone(pid) for pid in pids) and len(pids) == 2
+    assert not supervisors()
+
+
+def test_an_error_on_the_supervisor_thread_reaches_the_consumer(tmp_path):
+    path = str(tmp_path / "hang")
+    pids: list[int] = []
+
+    def tasks():
+        yield Task(path, "noted-hang", pool="lean")
+        pids.append(noted(path)[0])
+        yield Task("unpicklable", threading.Lock(), pool="lean")  # the supervisor pickles a worker's tasks
+
+    with pytest.raises(TypeError, match="pickle"):
+        list(LocalExecutor(workers=2, timeout=60).run(handler, tasks()))
+    assert gone(pids[0]) and not supervisors()
+
+
+def test_a_signal_reaches_a_consumer_waiting_for_an_outcome(tmp_path):
+    """Whichever thread the kernel hands the signal to, the main thread's handler runs within a moment."""
+    path = str(tmp_path / "hang")
+    pids: list[int] = []
+    sent: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stop
+
+    def signal_once_running():
+        pids.append(noted(path)[0])
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    sender = threading.Thread(target=signal_once_running)
+    try:
+        sender.start()
+        with pytest.raises(Stop):
+            list(LocalExecutor(workers=1, timeout=60).run(handler, [Task(path, "noted-hang", pool="lean")]))
+        stopped = time.monotonic()
+    finally:
+        sender.join()
+        signal.signal(signal.SIGUSR1, previous)
+    assert stopped - sent[0] < 0.5 and gone(pids[0]) and not supervisors()
