@@ -594,7 +594,17 @@ def test_every_benchmark_file_is_quoted_with_its_machine():
     ("73x faster, in 0.46 s", ["unmarked '73x'", "unmarked '0.46 s'"]),
     ("`--timeout 300 s` and 5-minute buckets, 2 cores, x86_64, 1e-5", []),
 ])
-def test_the_figure_check_catches_what_it_should(tmp_path, text, expected):
+def test_the_figure_check_catches_what_it_should(tmp_path, monkeypatch, text, expected):
+    # The cases quote frozen benchmark files, so a rerun of make bench does not change what they expect.
+    frozen = tmp_path / "benchmarks"
+    frozen.mkdir()
+    (frozen / "results.json").write_text(json.dumps({
+        "ratios": {"strict_vs_seed": 73.14}, "runs": {"strict_k1": {"jobs_per_s": 133.1996, "coordinator_rss_growth_mib": 2.14},
+                                                      "k25": {"max_abs_diff_vs_seed": 2.7369e-4}}}))
+    (frozen / "scale-results.json").write_text(json.dumps({
+        "total_s": 288.6, "runs": {"csv": {"load_average": [0.95, 2.44]}},
+        "met": {"csv": {"coordinator_cpu_ms_per_job": False}}}))
+    monkeypatch.setattr(sys.modules[__name__], "BENCHMARKS", frozen)
     page = tmp_path / "page.md"
     page.write_text(text + "\n")
     problems = [p for p in map(marker_problem, markers(page)) if p]
