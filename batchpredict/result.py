@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .status import Severity, Status
+from .status import RULES, Severity, Status
 
 SEVERITIES = list(Severity)  # a severity code (Points.severity) is its index here
 
@@ -42,7 +42,8 @@ class Point:
     std_source: str = "store"  # which std: std.json's, or the --std mode's (rolling:N, mad:N)
     alert: bool | None = None  # the alerting stage's verdict (Params.alerting): page a person here
     score: float | None = None  # its anomaly score in [0, 1]; None where it fell back to the seed's verdict
-    alert_source: str = ""     # the method that judged the point, or `severity` where history was too short
+    alert_source: str = ""     # the rule that raised its alert, else the method that judged the point, or `severity`
+                               # where history was too short
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -61,15 +62,17 @@ class Points:
     `lower`, `upper`: one row per sigma. `severity`: codes into SEVERITIES. `rolled`: the point's std came from
     `std_mode` (`rolling:N`, `mad:N`), not the store. `alert`, `score`, `judged`: the alerting stage's verdict,
     score and whether `method` judged the point (else it fell back to the seed's verdict); None without it.
+    `rule`: per alert, the rule that raised it (codes into alerting.RULES); None where the method has one.
     """
 
     __slots__ = ("timestamp", "observed", "predicted", "std", "lower", "upper", "anomaly", "severity", "rolled",
-                 "std_mode", "alert", "score", "judged", "method")
+                 "std_mode", "alert", "score", "judged", "method", "rule")
 
     def __init__(self, timestamp: ArrayLike, observed: ArrayLike, predicted: ArrayLike, std: ArrayLike,
                  lower: ArrayLike, upper: ArrayLike, anomaly: ArrayLike, severity: ArrayLike,
                  rolled: ArrayLike | None = None, std_mode: str = "store", alert: ArrayLike | None = None,
-                 score: ArrayLike | None = None, judged: ArrayLike | None = None, method: str = "") -> None:
+                 score: ArrayLike | None = None, judged: ArrayLike | None = None, method: str = "",
+                 rule: ArrayLike | None = None) -> None:
         self.observed, self.predicted, self.std = (np.asarray(a, dtype=float) for a in (observed, predicted, std))
         n = len(self.observed)
         self.timestamp = np.asarray(timestamp, dtype=str)
@@ -83,6 +86,7 @@ class Points:
         self.score = None if score is None else np.asarray(score, dtype=float)
         self.judged = None if judged is None else np.asarray(judged, dtype=bool)
         self.method = method
+        self.rule = None if rule is None else np.asarray(rule, dtype=np.uint8)
 
     @classmethod
     def empty(cls) -> Points:
@@ -104,7 +108,10 @@ class Points:
                    [bool(p.alert) for p in points] if alerting else None,
                    [np.nan if p.score is None else p.score for p in points] if alerting else None,
                    [p.alert_source not in ("", "severity") for p in points] if alerting else None,
-                   next((p.alert_source for p in points if p.alert_source not in ("", "severity")), ""))
+                   next((p.alert_source for p in points if p.alert_source not in RULES[2:]),
+                        next((p.alert_source for p in points if p.alert_source not in ("", "severity")), "")),
+                   [RULES.index(p.alert_source) if p.alert and p.alert_source in RULES else 0 for p in points]
+                   if any(p.alert and p.alert_source in RULES[2:4] for p in points) else None)
 
     def __len__(self) -> int:
         return len(self.observed)
@@ -113,7 +120,13 @@ class Points:
         return np.where(self.rolled, self.std_mode, "store")
 
     def alert_sources(self) -> np.ndarray | None:
-        return None if self.judged is None else np.where(self.judged, self.method, "severity")
+        """Per point, what raised its alert, or else what judged it (`severity`: too little history)."""
+        if self.judged is None:
+            return None
+        sources = np.where(self.judged, self.method, "severity")
+        if self.rule is None or self.alert is None:
+            return sources
+        return np.where(self.alert & (self.rule > 0), np.asarray(RULES, dtype=object)[self.rule], sources)
 
     def __iter__(self) -> Iterator[Point]:
         sources, alert_sources = self.std_sources().tolist(), self.alert_sources()
@@ -152,6 +165,8 @@ class Points:
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return False
     return bool(a == b)
 
 

@@ -28,3 +28,7 @@ class Severity(str, Enum):
     NORMAL = "normal"
     WARNING = "warning"
     CRITICAL = "critical"
+
+
+# What raised an alert (`alert_source` on an alert row), as the codes the alerting stage's columns carry.
+RULES = ("", "likelihood", "extreme", "quiet", "severity")

@@ -8,11 +8,25 @@ Per IP, over its scored points in time order, with history from the points befor
       ─► trigger: score ≥ threshold  ─► alert: a trigger with no trigger in the `rest` points before it
 
 This is Numenta's anomaly likelihood (Ahmad et al. 2017) on the model's residuals: the tail probability of
-the short-term mean of the residual score against its long-window distribution. Every step looks back a fixed
-number of points, so a point's alert depends only on the `history()` points up to it: the same point gets the
-same alert whatever --points or --since range it falls in. A point with fewer than `window // 4` residual
-scores before it has no distribution to be judged against: it falls back to the seed's verdict (a trigger is a
-critical point), its score is empty and its source says `severity`. Windows are counted in points (buckets).
+the short-term mean of the residual score against its long-window distribution: `--alert likelihood`.
+
+The default, `ensemble`, drops a likelihood trigger within `tolerance` points of one a `day` before (a
+job that spikes every night is not news), and adds two rules on the observed values themselves, which catch
+what a short-window LSTM's residual cannot (its prediction is close to the last value):
+
+    extreme: the value lies beyond the range of the `span` values before it by `extreme` of the range of
+             the `week` before it
+    quiet:   the range of the last `day` values is below the least range of any `day` values in the `week`
+             before, by `quiet` of the week's range (a metric that stopped doing what it does every day)
+
+Each rule's triggers become onsets (no trigger of the same rule in the `rest` points before), and an alert is
+an onset with no onset of any rule in the `rest` points before it; `alert_source` names the rule.
+
+Every step looks back a fixed number of points, so a point's alert depends only on the `history()` residuals
+and `value_history()` values up to it: the same point gets the same alert whatever --points or --since range
+it falls in. A point with fewer than `window // 4` residual scores before it has no distribution to be judged
+against: the likelihood falls back to the seed's verdict (a trigger is a critical point), its score is empty
+and its source says `severity`. The value rules need a quarter of their windows. Windows are counted in points.
 """
 from __future__ import annotations
 
@@ -22,12 +36,15 @@ from typing import Any
 
 import numpy as np
 
+from ..status import RULES
+
 NONE = "none"
 
 
 @dataclass(frozen=True)
 class Method:
-    """`--alert METHOD[:key=value,...]`: `likelihood` (the default) or `severity` (onsets of critical runs)."""
+    """`--alert METHOD[:key=value,...]`: `ensemble` (the default), `likelihood` or `severity` (onsets of critical
+    runs)."""
 
     name: str
     window: int = 576        # residual scores the distribution is estimated from (2 days of 5-minute buckets)
@@ -36,12 +53,27 @@ class Method:
     rest: int = 96           # a trigger this soon after another does not page again (8 hours)
     threshold: float = 0.35  # on the score: a tail probability of 10^-3.5 (Numenta's NAB threshold is 0.5, 1e-5)
     floor: float = 0.5       # the least std of the residual scores, in store stds: a flat stretch cannot shrink it
+    extreme: float = 0.05    # ensemble: how far beyond the range of the `span` values before, in the week's range
+    span: int = 576          # ensemble: the values a new extreme is judged against (2 days)
+    tolerance: int = 12      # ensemble: a likelihood trigger this near one a `day` before is a daily event (1 hour)
+    quiet: float = 0.1       # ensemble: how far below the week's least daily range, in the week's range
+    day: int = 288           # ensemble: the values whose range is a day's
+    week: int = 2016         # ensemble: the values the least daily range is taken over
 
     def history(self) -> int:
-        """Points before a point that its alert depends on."""
+        """Residuals before a point that its alert depends on."""
         if self.name == "severity":
             return self.rest
-        return self.centre + max(self.window, self.average - 1) + self.rest
+        if self.name != ENSEMBLE:
+            return self.centre + max(self.window, self.average - 1) + self.rest
+        return self.centre + max(self.window, self.average - 1) + self.day + self.tolerance + 2 * self.rest
+
+    def value_history(self) -> int:
+        """Observed values before a point that its alert depends on: more than residuals for the value rules,
+        which need no model call."""
+        if self.name != ENSEMBLE:
+            return self.history()
+        return max(self.history(), max(self.span, self.week + self.day) + 2 * self.rest)
 
     def spec(self) -> str:
         """The method as --alert takes it, every parameter written out."""
@@ -49,7 +81,13 @@ class Method:
         return f"{self.name}:" + ",".join(f"{key}={getattr(self, key):g}" for key in keys)
 
 
-_KEYS = {"likelihood": ("window", "average", "centre", "rest", "threshold", "floor"), "severity": ("rest",)}
+ENSEMBLE = "ensemble"
+VALUE_RULES = ("extreme", "quiet")  # the ensemble's rules on the observed values
+_LIKELIHOOD = ("window", "average", "centre", "rest", "threshold", "floor")
+_KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "day", "week"), "likelihood": _LIKELIHOOD,
+         "severity": ("rest",)}
+# The ensemble's likelihood pages at a tail of 10^-6.5: its other rules catch what a lower threshold did.
+_DEFAULTS: dict[str, dict[str, Any]] = {ENSEMBLE: {"threshold": 0.65}}
 
 
 def parse(text: str) -> Method | None:
@@ -59,7 +97,7 @@ def parse(text: str) -> Method | None:
         return None
     if name not in _KEYS:
         raise ValueError(f"--alert takes {', '.join(_KEYS)} or none, optionally with key=value,..., not {text!r}")
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(_DEFAULTS.get(name, {}))
     types = {f.name: f.type for f in fields(Method)}
     for option in filter(None, options.split(",")):
         key, _, value = option.partition("=")
@@ -75,25 +113,105 @@ def parse(text: str) -> Method | None:
             raise ValueError(f"--alert {name}: {key} must be a {'whole number >= 1' if whole else 'number > 0'}"
                              f"{' and <= 1' if key == 'threshold' else ''}, not {value!r}")
         values[key] = int(number) if whole else number
-    return Method(name=name, **values)
+    method = Method(name=name, **values)
+    if name == ENSEMBLE and not method.tolerance < method.day < method.week:
+        raise ValueError(f"--alert {name}: tolerance < day < week is needed, not {method.tolerance}, {method.day} "
+                         f"and {method.week}")
+    return method
 
 
-def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method: Method
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(alert, score, judged by the likelihood) per point, from every point's residual in time order.
+def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method: Method,
+           observed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(alert, score, judged by the likelihood, rule) per point, from every point's residual in time order.
 
     `critical`: the seed's verdict per point, the fallback where too little history exists. The score is
-    NaN where the point fell back.
+    NaN where the point fell back. `observed`: the values the ensemble's rules read, ending at the same point
+    as `residuals` and reaching further back. `rule`: per alert, what raised it, as codes into RULES.
     """
     n = len(residuals)
     score = np.full(n, np.nan)
     judged = np.zeros(n, dtype=bool)
-    if method.name == "likelihood":
+    if method.name != "severity":
         z, judged = likelihood_z(residuals, store_std, method)
         score[judged] = _score(z[judged])
+    first = onsets(triggers(score, judged, critical, method), method.rest)
+    rule = np.where(first, np.where(judged, RULES.index("likelihood"), RULES.index("severity")), 0)
+    if method.name != ENSEMBLE:
+        return first, score, judged, rule.astype(np.uint8)
+    values = np.asarray(residuals if observed is None else observed, dtype=float)
+    for name, fired in zip(VALUE_RULES, (extremes(values, method), quiet_days(values, method)), strict=True):
+        fired = onsets(fired, method.rest)[len(values) - n:]
+        rule = np.where((rule == 0) & fired, RULES.index(name), rule)
+    alert = onsets(rule > 0, method.rest)
+    return alert, score, judged, np.where(alert, rule, 0).astype(np.uint8)
+
+
+def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method: Method,
+             first: np.ndarray | None = None) -> np.ndarray:
+    """The likelihood's triggers: a score at or above the threshold where judged, else a critical point; the
+    ensemble drops those within `tolerance` points of a trigger a `day` before. `first` as in onsets()."""
     with np.errstate(invalid="ignore"):
         trigger = np.where(judged, score >= method.threshold, critical)
-    return onsets(trigger, method.rest), score, judged
+    if method.name != ENSEMBLE:
+        return trigger
+    seen = np.concatenate([[0], np.cumsum(trigger)])
+    index = np.arange(len(trigger))
+    floor = 0 if first is None else first
+    low = np.clip(index - method.day - method.tolerance, floor, len(trigger))
+    high = np.clip(index - method.day + method.tolerance + 1, low, index)  # never the point itself or later
+    return trigger & ~(seen[high] > seen[low])
+
+
+def extremes(values: np.ndarray, method: Method) -> np.ndarray:
+    """Values beyond the range of the `span` values before them by `extreme` of the `week`'s range: relative
+    to the week, so a small bump after two flat days is not new."""
+    high, low, count = _range_before(values, method.span)
+    most, least, _ = _range_before(values, method.week)
+    with np.errstate(invalid="ignore"):
+        beyond = np.maximum(values - high, low - values) > method.extreme * (most - least)
+    return beyond & (high > low) & (count >= max(2, method.span // 4))
+
+
+def quiet_days(values: np.ndarray, method: Method) -> np.ndarray:
+    """Points whose last `day` values span less than any `day` values ending in the `week` before (and at
+    least a day before), by `quiet` of the week's range: a daily rhythm that stopped."""
+    day, others = method.day, method.week - method.day
+    high, low, count = _range_before(np.append(values, 0.0), day)
+    days = np.where(count == day, high - low, np.nan)[1:]  # the range of the day ending at each point
+    full = np.isfinite(days)
+    least = _range_before(np.where(full, days, np.inf), others, fn=np.minimum)[0]  # over the days ending before
+    shift = min(day - 1, len(days))  # ... those ending at t - week + 1 .. t - day, for point t
+    least = np.concatenate([np.full(shift, np.nan), least[:len(days) - shift]])
+    seen = np.concatenate([[0], np.cumsum(full)])
+    index = np.arange(len(days))
+    counted = seen[np.maximum(index - day + 1, 0)] - seen[np.maximum(index - method.week + 1, 0)]
+    high, low, count = _range_before(values, method.week)
+    with np.errstate(invalid="ignore"):
+        below = days < least - method.quiet * (high - low)
+    return below & (counted >= max(1, others // 4)) & (count >= method.week // 4)
+
+
+def _range_before(values: np.ndarray, count: int, fn: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per point, the max and the min of up to `count` values before it, and how many there were; `fn`
+    (np.minimum) gives only the min, twice. NaN where there were none. A sparse table: log2(count) passes."""
+    n = len(values)
+    index = np.arange(n)
+    start = np.maximum(index - count, 0)
+    taken = index - start
+    reducers = [np.maximum, np.minimum] if fn is None else [fn, fn]
+    out = []
+    for reduce in reducers:
+        levels = [np.asarray(values, dtype=float)]
+        while 2 ** len(levels) <= max(count, 1):
+            size = 2 ** (len(levels) - 1)
+            last = levels[-1]
+            levels.append(reduce(last, np.concatenate([last[size:], last[-size:]])) if n > size else last)
+        k = np.floor(np.log2(np.maximum(taken, 1))).astype(int)
+        table = np.stack(levels)
+        left = table[k, start]
+        right = table[k, np.maximum(index - 2 ** k, 0)]
+        out.append(np.where(taken > 0, reduce(left, right), np.nan))
+    return out[0], out[1], taken
 
 
 def likelihood_z(residuals: np.ndarray, store_std: float, method: Method) -> tuple[np.ndarray, np.ndarray]:

@@ -60,8 +60,12 @@ def _score(job: Job, result: Result) -> None:
     # --std rolling:N / mad:N and the alerting stage also score the points before the first one, for their
     # residuals only: each point's std and alert depend on that many points before it.
     history = max(count, method.history() if method else 0)
-    positions, inputs, observed = scored_windows(np.asarray(job.values, dtype=float), params.rolling, window,
-                                                 max(0, start - history))
+    # The ensemble's value rules look further back, at the observed values only: no model call for those.
+    reach = max(history, method.value_history() if method else 0)
+    positions, inputs, values = scored_windows(np.asarray(job.values, dtype=float), params.rolling, window,
+                                               max(0, start - reach))
+    modelled = int(np.searchsorted(positions, start - history))
+    positions, inputs, observed = positions[modelled:], inputs[modelled:], values[modelled:]
     # Every point's window in one call: the model, the scaler and the arithmetic are per row.
     x = scaler.transform(inputs.reshape(-1)).reshape(len(positions), window, 1).astype(np.float32)
     raw = np.asarray(model.predict(x), dtype=float).reshape(len(positions), -1)
@@ -74,9 +78,10 @@ def _score(job: Job, result: Result) -> None:
     # Every point's bands and verdict, the history's too: the alerting stage falls back on its critical ones.
     lowers, uppers, anomaly, severity = verdicts(observed, predicted, stds, params.sigmas)
     keep = slice(int(np.searchsorted(positions, start)), None)  # positions ascend: the points to write
-    alert = score = judged = None
+    alert = score = judged = rule = None
     if method:
-        alert, score, judged = (a[keep] for a in alerting.alerts(residuals, severity == 2, job.std, method))
+        alert, score, judged, rule = (a[keep] for a in alerting.alerts(residuals, severity == 2, job.std, method,
+                                                                         values))
     result.points = Points(np.asarray(job.labels)[positions[keep]], observed[keep], predicted[keep], stds[keep],
                            lowers[:, keep], uppers[:, keep], anomaly[keep], severity[keep], rolled[keep],
-                           params.std, alert, score, judged, method.name if method else "")
+                           params.std, alert, score, judged, method.name if method else "", rule)

@@ -268,18 +268,21 @@ def test_since_scores_every_point_after_the_label_and_skips_ips_that_end_before_
 
 
 SMALL_ALERT = "likelihood:window=40,average=2,centre=10,rest=10"  # history 60: short series get there
+SMALL_ENSEMBLE = "ensemble:window=40,average=2,centre=10,rest=10,tolerance=2,span=20,day=10,week=40"  # 82 residuals
 
 
-def test_a_point_gets_the_same_alert_from_points_and_from_since(base_store, tmp_path):
+@pytest.mark.parametrize("method", [SMALL_ALERT, SMALL_ENSEMBLE])
+def test_a_point_gets_the_same_alert_from_points_and_from_since(base_store, tmp_path, method):
     """Real workers, a 200-point series with a spike and a level shift: --points 50, --points 120 and
     --since the 150th label score the same points with different history before them in the batch;
-    each common point gets the same alert and, to float32 rounding of the forward pass, the same score."""
+    each common point gets the same alert (and rule) and, to float32 rounding of the forward pass, the
+    same score."""
     ips = BASE_IPS[:2]
     data = {ip: series_for(ip, 200) for ip in ips}
     data[ips[0]][[160, 161]] += 200.0
     data[ips[1]][170:] += 120.0
     table = str(wide_table(tmp_path / "t.csv", data))
-    runs = [predict_table(table, str(base_store), params=Params(alert=SMALL_ALERT, **which))
+    runs = [predict_table(table, str(base_store), params=Params(alert=method, **which))
             for which in ({"points": 50}, {"points": 120}, {"since": "t149"})]
     assert [len(run) for run in runs] == [100, 240, 100]
     assert all(list(run.columns[-3:]) == ["alert", "score", "alert_source"] for run in runs)
@@ -288,9 +291,14 @@ def test_a_point_gets_the_same_alert_from_points_and_from_since(base_store, tmp_
         common = keyed[0].index.intersection(other.index)
         assert len(common) == 100
         assert keyed[0].loc[common, "alert"].tolist() == other.loc[common, "alert"].tolist()
+        assert keyed[0].loc[common, "alert_source"].tolist() == other.loc[common, "alert_source"].tolist()
         np.testing.assert_allclose(keyed[0].loc[common, "score"].astype(float),
                                    other.loc[common, "score"].astype(float), rtol=1e-4, atol=1e-6)
     alerts = runs[1][runs[1]["alert"] == "true"].groupby("ip")["timestamp"].apply(list).to_dict()
+    if method == SMALL_ENSEMBLE:  # with a 20-point span these trending series set new highs: checked above
+        assert set(runs[1]["alert_source"]) <= {"ensemble", "likelihood", "extreme", "quiet", "severity"}
+        assert runs[1].attrs["summary"]["alerts"] == int((runs[1]["alert"] == "true").sum()) > 0
+        return
     # The spike and the shift each page once, at their onset: within the rolling mean's 5 points of it.
     assert alerts.keys() == set(ips) and all(len(found) == 1 for found in alerts.values())
     assert 160 <= int(alerts[ips[0]][0][1:]) < 165 and 170 <= int(alerts[ips[1]][0][1:]) < 175

@@ -1,4 +1,5 @@
-"""The alerting stage on synthetic residuals: onsets only, a floor under the scale, causality, the fallback."""
+"""The alerting stage on synthetic series: onsets only, a floor under the scale, causality, the fallback, and
+the ensemble's value rules (a new extreme, a quiet day)."""
 from __future__ import annotations
 
 import math
@@ -6,8 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from batchpredict.job import Params
+
 from batchpredict.scoring import alerting
-from batchpredict.scoring.alerting import Method, alerts, onsets, parse
+from batchpredict.scoring.alerting import Method, alerts, extremes, onsets, parse, quiet_days
+from batchpredict.status import RULES
 
 DEFAULT = parse("likelihood")
 HISTORY = DEFAULT.history()
@@ -18,7 +22,7 @@ def noise(n: int, seed: int = 0) -> np.ndarray:
 
 
 def run(residuals: np.ndarray, method: Method = DEFAULT, std: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return alerts(residuals, np.abs(residuals) > 4 * std, std, method)
+    return alerts(residuals, np.abs(residuals) > 4 * std, std, method)[:3]
 
 
 def test_the_default_and_its_parameters():
@@ -28,11 +32,18 @@ def test_the_default_and_its_parameters():
     assert parse("likelihood:rest=12,threshold=0.7") == Method("likelihood", rest=12, threshold=0.7)
     assert parse("severity:rest=3").history() == 3
     assert HISTORY == 288 + 576 + 96
+    ensemble = parse("ensemble")
+    assert ensemble.spec() == ("ensemble:window=576,average=3,centre=288,rest=96,threshold=0.65,floor=0.5,"
+                               "tolerance=12,extreme=0.05,span=576,quiet=0.1,day=288,week=2016")
+    assert parse(ensemble.spec()) == ensemble and Params().alert == "ensemble"
+    assert ensemble.history() == 288 + 576 + 288 + 12 + 2 * 96 and ensemble.value_history() == 2016 + 288 + 2 * 96
 
 
 @pytest.mark.parametrize("text", ["", "zscore", "none:1", "likelihood:window=0", "likelihood:window=2.5",
                                   "likelihood:threshold=1.5", "likelihood:threshold=nan", "likelihood:bogus=1",
-                                  "severity:window=3", "likelihood:rest"])
+                                  "severity:window=3", "likelihood:rest", "likelihood:extreme=0.1",
+                                  "ensemble:week=0", "ensemble:quiet=-1", "ensemble:day=2016",
+                                  "ensemble:tolerance=288"])
 def test_bad_methods_say_what_is_accepted(text):
     with pytest.raises(ValueError, match="--alert"):
         parse(text)
@@ -119,3 +130,99 @@ def test_the_score_is_numentas_log_likelihood():
     np.testing.assert_allclose(got[:2], expected, rtol=1e-12)
     assert got[2] == pytest.approx(0.5, abs=1e-6) and got[3] == pytest.approx(-math.log10(2e-10) / 10, abs=1e-6)
     assert got[4] == 1.0
+
+
+ENSEMBLE = parse("ensemble")
+WARM = 2 * 288
+
+
+def daily(days: int, seed: int = 5, day: int = 288) -> np.ndarray:
+    """A metric with a job each day: 0.1 +- 0.01, and 12 points at 0.97 to 1.03 at about the same time each
+    day (within an hour), so every day's range holds a job; bounded, so nothing steady is a new extreme."""
+    rng = np.random.default_rng(seed)
+    values = rng.uniform(0.09, 0.11, days * day)
+    for d in range(days):
+        at = d * day + 100 + int(rng.integers(0, 12))
+        values[at:at + 12] = rng.uniform(0.97, 1.03, 12)
+    return values
+
+
+def ensemble(values: np.ndarray, residuals: np.ndarray | None = None, method: Method = ENSEMBLE
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(alert, rule) of every point after the first two days (where the first job a series shows is new to it),
+    the residuals (default a well-behaved model's noise) judged beside."""
+    residuals = noise(len(values), seed=9) * 0.01 if residuals is None else residuals
+    alert, _, _, rule = alerts(residuals, np.abs(residuals) > 0.04, 0.01, method, values)
+    alert[:max(0, WARM - (len(values) - len(alert)))] = False
+    return alert, rule
+
+
+def test_a_new_extreme_alerts_once_at_its_first_point():
+    values = daily(12)
+    values[2500:2520] = 1.5  # the job ran hotter than any time in two days, for 20 points
+    alert, rule = ensemble(values)
+    assert alert.nonzero()[0].tolist() == [2500] and RULES[rule[2500]] == "extreme"
+    assert extremes(values, ENSEMBLE)[2500:2520].sum() == 1  # once 1.5 is in the window it is not new
+
+
+def test_a_level_shift_of_the_values_alerts_once_and_the_new_level_is_absorbed():
+    values = daily(14)
+    job = 3000 + int(np.argmax(values[3000:] > 0.5))
+    values[job:] += 2.0  # from a job on, every value above every earlier one: one extreme, then the range holds it
+    alert, rule = ensemble(values)
+    assert alert.nonzero()[0].tolist() == [job] and RULES[rule[job]] == "extreme"
+
+
+def test_a_daily_rhythm_that_stops_alerts_once_a_day_later():
+    values = daily(14)
+    last_job = int(np.flatnonzero(values[:2304 + 288] > 0.5)[-1])
+    values[2304 + 288:] = np.random.default_rng(6).normal(0.1, 0.01, len(values) - 2304 - 288)
+    alert, rule = ensemble(values)
+    (onset,) = alert.nonzero()[0].tolist()
+    assert RULES[rule[onset]] == "quiet" and onset == last_job + ENSEMBLE.day  # the first day without a job
+
+
+def test_a_flat_or_steady_series_never_alerts():
+    assert not ensemble(np.full(5000, 3.0))[0].any()
+    assert not ensemble(daily(16, seed=7))[0].any()
+    assert not quiet_days(np.full(5000, 3.0), ENSEMBLE).any()
+
+
+def test_the_likelihood_still_alerts_in_the_ensemble_and_says_so():
+    values = daily(12)
+    residuals = noise(len(values), seed=8) * 0.01
+    residuals[3000:3003] += 0.5
+    alert, rule = ensemble(values, residuals)
+    assert alert.nonzero()[0].tolist() == [3000] and RULES[rule[3000]] == "likelihood"
+
+
+def test_an_ensemble_point_depends_only_on_its_history():
+    """Values from `value_history()` points back and residuals from `history()` back give the same alerts."""
+    values = daily(16, seed=10)
+    values[3100:3110] = 1.6
+    values[4000:] = 0.1
+    residuals = noise(len(values), seed=11) * 0.01
+    residuals[2900:2903] += 0.6
+    whole = ensemble(values, residuals)
+    assert {RULES[r] for r in whole[1][whole[0]]} == {"likelihood", "extreme", "quiet"}
+    reach, history = ENSEMBLE.value_history(), ENSEMBLE.history()
+    for start in (2600, 2700, 2800):
+        part = ensemble(values[start - reach:], residuals[start - history:])
+        assert np.array_equal(part[0][history:], whole[0][start:])
+        assert np.array_equal(part[1][history:], whole[1][start:])
+
+
+def test_a_spike_at_the_same_time_every_day_pages_on_its_first_day_only():
+    """A nightly job the model cannot predict: 3 points 0.5 off at about 03:00 (within 20 minutes) of each day
+    from day 4. The likelihood alone pages every night; the ensemble drops a trigger within an hour of one
+    a day before, so only the first night pages."""
+    residuals = noise(288 * 12, seed=12) * 0.01
+    nights = [288 * d + 36 + (d % 3) * 2 for d in range(4, 12)]
+    for at in nights:
+        residuals[at:at + 3] += 0.5
+    values = np.full(len(residuals), 0.1)
+    alone = alerts(residuals, np.zeros(len(residuals), bool), 0.01, DEFAULT, values)[0]
+    paged = alone.nonzero()[0]
+    assert len(paged) == len(nights) and all(at <= p < at + 3 for p, at in zip(paged, nights, strict=True))
+    together, rule = ensemble(values, residuals)
+    assert together.nonzero()[0].tolist() == paged[:1].tolist() and RULES[rule[paged[0]]] == "likelihood"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -21,7 +21,7 @@ from . import BASELINES
 from .baseline import zscore_points
 from .labels import NAT, Labels, parse_times, read_labels
 from .nab import STANDARD
-from .scoring import METRICS, TOTAL, WINDOW_COLUMNS, Scored, flags, place, score
+from .scoring import METRICS, TOTAL, WINDOW_COLUMNS, flags, order_points, place, score
 
 log = logging.getLogger("batchpredict")
 
@@ -66,6 +66,11 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
     chosen = thresholds_of(sigmas or made_with, None if judged == ALERT else sweep)
     warnings: list[str] = []
     points = _scored_rows(frame, results, warnings, judged == ALERT)
+    if judged == ALERT:  # before --after: a swept alert, as predict's, sees the points before the judged ones
+        points = order_points(points, "results")[0]
+        points[ALERT] = points[ALERT] == "true"
+        for value in sweep or []:
+            points[_swept(value)] = _alerts(points, value, params.alert)
     if after:
         points = _after(points, read_table(after, layout), after, warnings)
     marks = read_labels(labels)
@@ -85,7 +90,8 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
         runs = [(MODEL, value, ALERT, model) for value in (sweep or [math.nan])] + runs
     metrics, windows = [], []
     for name, value, level, scored in runs:
-        flagged = _alerts(scored, value, params.alert) if level == ALERT else flags(scored, value)
+        flagged = (scored.frame[ALERT if math.isnan(value) else _swept(value)].to_numpy(dtype=bool)
+                   if level == ALERT else flags(scored, value))
         per_ip, per_window = score(scored, flagged)
         keys = {"detector": name, "threshold": value, "level": level}
         metrics.append(per_ip.assign(**keys)[KEYS + METRICS])
@@ -97,21 +103,30 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
                        **({"after": after} if after else {})}, unmatched)
 
 
-def _alerts(scored: Scored, threshold: float, method: str) -> np.ndarray:
-    """The alert column (threshold NaN), or the alerts the score gives at `threshold`: onsets of the points
-    at or above it (critical ones where the score fell back), with the method's rest period. A sweep sees only
-    the results' points, so an IP's first `rest` points may alert where predict, seeing the history, did not."""
-    frame = scored.frame
-    if math.isnan(threshold):
-        return (frame[ALERT] == "true").to_numpy()
+def _swept(threshold: float) -> str:
+    return f"{ALERT}@{threshold!r}"
+
+
+def _alerts(points: pd.DataFrame, threshold: float, method: str) -> np.ndarray:
+    """The alerts the score gives at `threshold`, over points grouped by IP in time order: onsets of the points
+    at or above it (critical ones where the score fell back), with the method's rest period; for the
+    ensemble, without the likelihood's daily repeats and with the alerts its value rules raised
+    (`alert_source`) as they are. A sweep sees only the results' points, so in an IP's first rows it may
+    alert where predict, seeing the history before them, did not."""
     found = alerting.parse(method)
-    if found is None or found.name != "likelihood":
-        raise UsageError(f"a sweep of the alert score needs --alert likelihood[:...], not {method!r}")
-    value = pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=float)
-    with np.errstate(invalid="ignore"):
-        trigger = np.where(np.isnan(value), (frame["severity"] == "critical").to_numpy(), value >= threshold)
-    starts = np.flatnonzero(np.diff(scored.code, prepend=-1))
-    return alerting.onsets(trigger, found.rest, np.repeat(starts, np.diff(np.append(starts, len(scored.code)))))
+    if found is None or found.name == "severity":
+        raise UsageError(f"a sweep of the alert score needs --alert likelihood or ensemble[:...], not {method!r}")
+    value = pd.to_numeric(points["score"], errors="coerce").to_numpy(dtype=float)
+    code = pd.factorize(points["ip"])[0]
+    starts = np.flatnonzero(np.diff(code, prepend=-1))
+    first = np.repeat(starts, np.diff(np.append(starts, len(code))))
+    trigger = alerting.triggers(value, ~np.isnan(value), (points["severity"] == "critical").to_numpy(),
+                                replace(found, threshold=threshold), first)
+    alerts = alerting.onsets(trigger, found.rest, first)
+    if found.name != alerting.ENSEMBLE:
+        return alerts
+    ruled = points[ALERT].to_numpy(dtype=bool) & points["alert_source"].isin(alerting.VALUE_RULES).to_numpy()
+    return alerting.onsets(alerts | ruled, found.rest, first)
 
 
 def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str], alert: bool = False) -> pd.DataFrame:
@@ -121,7 +136,7 @@ def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str], alert: boo
     if not scored.all():
         warnings.append(f"{int((~scored).sum())} rows of {path} were not scored (status other than ok); "
                         f"left out")
-    columns = ["ip", "timestamp", "observed", "predicted", "std", "severity"] + [ALERT, "score"] * alert
+    columns = ["ip", "timestamp", "observed", "predicted", "std", "severity"] + [ALERT, "score", "alert_source"] * alert
     return frame.loc[scored, columns].reset_index(drop=True)
 
 

@@ -263,15 +263,16 @@ def test_after_keeps_only_the_points_later_than_the_training_table(case, tmp_pat
         evaluate(results, labels, after=str(train))
 
 
-def alert_results(path: Path, hosts: dict[str, tuple[list[int], list[float]]]) -> Path:
+def alert_results(path: Path, hosts: dict[str, tuple[list[int], list[float]]],
+                  sources: dict[tuple[str, int], str] | None = None) -> Path:
     """A results CSV with the alerting stage's columns: per IP, its alert points and every point's score
-    (each point on its prediction, so the seed flags nothing)."""
+    (each point on its prediction, so the seed flags nothing); `sources` names an alert's rule."""
     rows = []
     for ip, (alerted, scores) in hosts.items():
         for i, value in enumerate(scores):
             rows.append([ip, stamp(i), 10.0, 10.0, 1.0, 8.0, 12.0, 6.0, 14.0, "false", "normal", "ok", None,
                          f"model/{ip}.h5", 1, 5.0, 4242, 30.0, "true" if i in alerted else "false", value,
-                         "likelihood"])
+                         (sources or {}).get((ip, i), "likelihood")])
     write_rows(str(path), columns((2.0, 4.0), alert=True), rows)
     return path
 
@@ -300,6 +301,25 @@ def test_flags_alert_judges_the_alert_column_and_a_sweep_its_score(tmp_path):
     totals = swept.metrics[swept.metrics["ip"] == TOTAL].set_index("threshold")
     assert totals.loc[0.5, "nab_raw"] == pytest.approx(raw_a + raw_b)
     assert totals.loc[0.65, "nab_raw"] == pytest.approx(sig(-2 / 4) / sig(-1) + raw_b)
+
+
+def test_an_ensemble_sweep_keeps_the_alerts_of_its_value_rules(tmp_path):
+    """a: a window over points 3-6; the likelihood alerted at 4 (5 is its burst), a new extreme at 9. At
+    0.5 the sweep gives the alert column; at 0.65 the likelihood pages at 5 instead, the extreme still at 9
+    (3 points past 5 or 6: no onset in the rest of 3 before it), a false alarm 3 points past the window."""
+    results = alert_results(tmp_path / "r.csv", {"a": ([4, 9], [0, 0, 0, 0, 0.6, 0.7, 0, 0, 0, 0, 0, 0])},
+                            {("a", 4): "likelihood", ("a", 9): "extreme"})
+    labels = labels_csv(tmp_path / "l.csv", WINDOWS[:1])
+    params = Params(alert="ensemble:rest=3")
+    column = evaluate(str(results), str(labels), judged="alert", params=params)
+    swept = evaluate(str(results), str(labels), sweep=[0.5, 0.65], judged="alert", params=params)
+    false_alarm = 0.11 * sig(3 / 3)
+    raw = {0.5: sig(-3 / 4) / sig(-1) + false_alarm, 0.65: sig(-2 / 4) / sig(-1) + false_alarm}
+    assert column.metrics.set_index("ip").loc["a", "nab_raw"] == pytest.approx(raw[0.5])
+    totals = swept.metrics[swept.metrics["ip"] == TOTAL].set_index("threshold")
+    for threshold, expected in raw.items():
+        assert totals.loc[threshold, "nab_raw"] == pytest.approx(expected)
+        assert totals.loc[threshold, "false_alarm_events"] == 1 and totals.loc[threshold, "detected"] == 1
 
 
 def test_flags_alert_beside_the_baseline_and_without_an_alert_column(case, tmp_path):
