@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +23,8 @@ from batchpredict import RunOptions, predict_table
 from batchpredict.scoring.features import split_window
 
 HERE = Path(__file__).parent
+# Every worker a test starts inherits this: the weights cache of the run, never the user's own.
+os.environ.setdefault("BATCHPREDICT_CACHE", tempfile.mkdtemp(prefix="batchpredict-cache-"))
 # The team's shared folder beside the repo; BATCHPREDICT_SHARED points elsewhere (e.g. from a worktree).
 SHARED = Path(os.environ.get("BATCHPREDICT_SHARED") or HERE.parent.parent / "shared")
 BASE_IPS = [f"10.1.0.{i}" for i in range(1, 11)] + ["2001:db8::7", "host-a.example"]

@@ -156,7 +156,7 @@ def _load_numpy(path: str) -> LoadedModel:
         raise Unsupported(f"could not read it: {first_line(exc)}") from None
     fmt = ModelFormat(model.kind, model.keras_version, "numpy")
     return LoadedModel(model.predict, _window_of(f"{name}: {fmt}", tuple(model.input_shape)), fmt,
-                       engine="numpy", note=f"; {model.describe()}")
+                       engine="numpy", note=f"; {model.describe()}; weights from the {model.source}")
 
 
 def _load_tf(path: str, fmt: ModelFormat, trust: bool = False) -> LoadedModel:

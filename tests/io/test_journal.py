@@ -126,13 +126,19 @@ def test_second_run_on_same_output_exits_75_and_kill_9_then_resume(store, table,
 
 
 def test_a_points_run_resumed_mid_way_writes_the_uninterrupted_runs_csv(store, tmp_path, clean_run):
+    """As the run above, the last IP's scaler hangs in the first run, however fast the others are."""
     table, reference, out = clean_run.table, tmp_path / "ref.csv", tmp_path / "a.csv"
     predict_table(str(table), str(store), str(reference), params=Params(points=5))
     journal = Path(str(out) + ".journal")
-    run = start_cli("--data", table, "--models", store, "--out", out, "--workers", "1", "--points", "5")
+    scaler = store / "sc" / f"{BASE_IPS[-1]}.save"
+    real = scaler.read_bytes()
+    joblib.dump(Poison(POISONS["hang"]), scaler)
+    run = start_cli("--data", table, "--models", store, "--out", out, "--workers", "1", "--points", "5",
+                    "--trust-store")
     wait_for(lambda: len(journal_results(journal)) >= 3)
     run.send_signal(signal.SIGTERM)
     _, stderr = run.communicate(timeout=60)
+    scaler.write_bytes(real)
     assert run.returncode == 128 + signal.SIGTERM, stderr
     first = journal_results(journal)
     assert 3 <= len(first) < len(BASE_IPS) and all(len(r["points"]["observed"]) == 5 for r in first)  # a line per IP

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import activations, keras1
-from .artefact import Artefact, read
+from . import activations, cache, keras1
+from .artefact import Artefact
 from .layers import build
 
 
 class NumpyModel:
     """Predicts as the Keras runtime that saved the artefact would, in float32, without TensorFlow."""
 
-    def __init__(self, artefact: Artefact) -> None:
+    def __init__(self, artefact: Artefact, source: str = "file") -> None:
+        self.source = source  # where the weights came from: the model `file`, or the weights `cache`
         self.kind = artefact.kind
         self.keras_version = artefact.keras_version
         self.input_shape = artefact.input_shape
@@ -51,8 +52,8 @@ def load(path: str) -> NumpyModel:
 
     Unsupported: a valid model the engine cannot run (the message names the first layer or option);
     JobError(load_error): a file no runtime could read (not a model, weights only, a Keras 1 file
-    the engine cannot take).
+    the engine cannot take). A file read before comes from the weights cache (cache.py), without HDF5.
     """
-    artefact = read(path)
+    artefact, source = cache.load(path)
     with keras1.reasons(artefact.major):
-        return NumpyModel(artefact)
+        return NumpyModel(artefact, source)

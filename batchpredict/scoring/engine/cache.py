@@ -1,0 +1,138 @@
+"""An artefact's numpy copy, so a worker reads a model it has read before with no HDF5 library at all.
+
+    model file ──sha256──► <cache>/<sha256>.weights ── hit: one read, a JSON header, views of raw numbers
+                                     └── miss: artefact.read (h5py), then the copy written atomically
+
+The cache is the operator's own folder, never the store: BATCHPREDICT_CACHE, else $XDG_CACHE_HOME/batchpredict,
+else ~/.cache/batchpredict; `off` turns it off. So whoever writes the store cannot plant weights in it, and a
+sealed store's checks cover everything a job reads from the store. Keyed by the file's content, an entry is never
+stale. An entry holds JSON and raw numbers, nothing that runs; one that is not exactly what this module writes
+(another format, a CRC that does not match, a dtype other than a plain number) is a miss, and rewritten.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import tempfile
+import zlib
+from typing import Any
+
+import numpy as np
+
+from .artefact import Artefact, read
+from .spec import LayerSpec
+
+MAGIC = b"batchpredict weights 1\n"
+_LENGTH = 8  # bytes of the header's length, little-endian, after MAGIC
+_DTYPES = {"<f4", "<f8", "<f2", "<i4", "<i8"}
+_ALIGN = 64
+
+
+def directory() -> str | None:
+    """The cache folder from the environment, or None when it is off."""
+    chosen = os.environ.get("BATCHPREDICT_CACHE", "")
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "batchpredict")
+
+
+def load(path: str) -> tuple[Artefact, str]:
+    """The artefact at `path`, from the cache when it holds the file's content; and where it came from
+    (`cache`, or `file` with a word on the cache when it could not be written)."""
+    folder = directory()
+    if folder is None or os.path.isdir(path):
+        return read(path), "file"
+    try:
+        with open(path, "rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError:
+        return read(path), "file"  # which words what is wrong with it
+    entry = os.path.join(folder, digest + ".weights")
+    found = _read(entry)
+    if found is not None:
+        return found, "cache"
+    artefact = read(path)
+    try:
+        write(entry, artefact)
+    except OSError as exc:
+        return artefact, f"file (weights cache {folder} not written: {exc.strerror or exc})"
+    return artefact, "file"
+
+
+def write(entry: str, artefact: Artefact) -> None:
+    """The artefact's copy at `entry`, atomically: a reader sees the whole entry or none."""
+    layers, chunks, offset = [], [], 0
+    for spec in artefact.layers:
+        arrays = []
+        for weight in spec.weights:
+            data = np.ascontiguousarray(weight, dtype=weight.dtype.newbyteorder("<"))
+            pad = -offset % _ALIGN
+            chunks += [b"\0" * pad, data.tobytes()]
+            offset += pad
+            arrays.append({"dtype": data.dtype.str, "shape": list(data.shape), "offset": offset})
+            offset += data.nbytes
+        layers.append({"class_name": spec.class_name, "config": spec.config, "weight_names": list(spec.weight_names),
+                       "arrays": arrays})
+    payload = b"".join(chunks)
+    header = json.dumps({"kind": artefact.kind, "keras_version": artefact.keras_version, "major": artefact.major,
+                         "input_shape": list(artefact.input_shape), "layers": layers, "size": len(payload),
+                         "crc32": zlib.crc32(payload)}).encode()
+    folder = os.path.dirname(entry)
+    os.makedirs(folder, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(MAGIC + len(header).to_bytes(_LENGTH, "little") + header + payload)
+        os.replace(temporary, entry)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _read(entry: str) -> Artefact | None:
+    """The entry's artefact, or None for anything but a whole, well-formed entry."""
+    try:
+        with open(entry, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    if not data.startswith(MAGIC):
+        return None
+    start = len(MAGIC) + _LENGTH
+    try:
+        length = int.from_bytes(data[len(MAGIC):start], "little")
+        header = json.loads(data[start:start + length])
+        payload = memoryview(data)[start + length:]
+        if header["size"] != len(payload) or header["crc32"] != zlib.crc32(payload):
+            return None
+        layers = tuple(LayerSpec(str(layer["class_name"]), _mapping(layer["config"]),
+                                 tuple(_array(payload, a) for a in layer["arrays"]),
+                                 tuple(str(name) for name in layer["weight_names"])) for layer in header["layers"])
+        return Artefact(str(header["kind"]), str(header["keras_version"]), int(header["major"]),
+                        tuple(None if d is None else int(d) for d in header["input_shape"]), layers)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        return None
+
+
+def _array(payload: memoryview, described: dict) -> np.ndarray:
+    dtype = str(described["dtype"])
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype}")
+    shape = tuple(int(d) for d in described["shape"])
+    offset, count = int(described["offset"]), math.prod(shape)
+    if min(shape, default=0) < 0 or offset < 0:
+        raise ValueError("negative shape or offset")
+    return np.frombuffer(payload, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
+
+
+def _mapping(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError("a layer config that is not a mapping")
+    return value

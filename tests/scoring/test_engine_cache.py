@@ -1,0 +1,113 @@
+"""The weights cache: a model read once is read again without HDF5, with the same numbers, and a bad entry
+is a miss, never a wrong model."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SHARED
+
+from batchpredict.scoring.engine import artefact, cache, load
+
+MODELS = Path(__file__).parents[2] / "models" / "model"
+REAL = SHARED / "fixtures" / "real-models"
+
+
+def model_files() -> list[Path]:
+    found = sorted(MODELS.glob("*.h5")) + sorted(MODELS.glob("*.keras"))
+    return found + (sorted(REAL.glob("*.h5")) if REAL.is_dir() else [])
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("BATCHPREDICT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.weights")) if folder.is_dir() else []
+
+
+def runnable(path: Path) -> bool:
+    try:
+        load(str(path))
+    except Exception:  # noqa: BLE001 - models the engine refuses are not this test's
+        return False
+    return True
+
+
+@pytest.mark.parametrize("path", model_files(), ids=lambda p: p.name)
+def test_a_model_from_the_cache_predicts_the_same_numbers(path, folder, monkeypatch):
+    if not runnable(path):
+        pytest.skip("a model the numpy engine does not run")
+    for entry in entries(folder):
+        entry.unlink()
+    first = load(str(path))
+    assert first.source == "file" and len(entries(folder)) == 1
+    x = np.random.default_rng(0).normal(size=(7, *[d or 20 for d in first.input_shape[1:]])).astype(np.float32)
+
+    def no_hdf5(*args, **kwargs):
+        raise AssertionError("the cached model opened its file with h5py")
+
+    monkeypatch.setattr(cache, "read", no_hdf5)
+    again = load(str(path))
+    assert again.source == "cache" and again.describe() == first.describe()
+    np.testing.assert_array_equal(again.predict(x), first.predict(x))
+
+
+def corruptions(data: bytes) -> dict[str, bytes]:
+    header_end = len(cache.MAGIC) + 8 + int.from_bytes(data[len(cache.MAGIC):len(cache.MAGIC) + 8], "little")
+    flipped = bytearray(data)
+    flipped[-5] ^= 0x40  # a bit of the last array: the CRC no longer matches
+    return {"empty": b"", "truncated": data[:len(data) // 2], "other magic": b"x" + data[1:],
+            "a flipped bit": bytes(flipped), "a header that is not JSON": data[:header_end - 3] + b"}}}" + data[header_end:],
+            "an object dtype": data.replace(b'"<f4"', b'"|O8"', 1), "text": b"import os; os.system('x')\n"}
+
+
+@pytest.mark.parametrize("kind", list(corruptions(b"x" * 64)))
+def test_a_bad_entry_is_a_miss_and_is_written_again(kind, folder):
+    path = MODELS / "10.0.0.10.h5"
+    expected = load(str(path))
+    (entry,) = entries(folder)
+    entry.write_bytes(corruptions(entry.read_bytes())[kind])
+    model = load(str(path))
+    assert model.source == "file"
+    x = np.full((3, 20, 1), 0.5, np.float32)
+    np.testing.assert_array_equal(model.predict(x), expected.predict(x))
+    assert load(str(path)).source == "cache"  # the entry was rewritten whole
+
+
+def test_an_entry_is_keyed_by_the_files_content(folder, tmp_path):
+    copy = tmp_path / "m.h5"
+    shutil.copy(MODELS / "10.0.0.10.h5", copy)
+    load(str(copy))
+    assert load(str(MODELS / "10.0.0.10.h5")).source == "cache"  # the same bytes: the same entry
+    shutil.copy(MODELS / "10.0.0.12.h5", copy)
+    assert load(str(copy)).source == "file" and len(entries(folder)) == 2
+
+
+def test_off_and_an_unwritable_folder_still_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCHPREDICT_CACHE", "off")
+    assert load(str(MODELS / "10.0.0.10.h5")).source == "file"
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setenv("BATCHPREDICT_CACHE", str(tmp_path / "a file" / "cache"))  # no folder can be made there
+    model, source = cache.load(str(MODELS / "10.0.0.10.h5"))
+    assert source.startswith("file (weights cache ") and "not written" in source and model.layers
+
+
+def test_the_default_folder_is_the_users_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("BATCHPREDICT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.directory() == str(tmp_path / "batchpredict")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache.directory() == os.path.join(os.path.expanduser("~"), ".cache", "batchpredict")
+
+
+def test_a_missing_or_unreadable_file_gets_the_readers_error(folder, tmp_path):
+    with pytest.raises(Exception) as direct:
+        artefact.read(str(tmp_path / "none.h5"))
+    with pytest.raises(type(direct.value), match="none.h5"):
+        load(str(tmp_path / "none.h5"))
