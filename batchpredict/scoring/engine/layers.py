@@ -32,7 +32,7 @@ def dense(spec: LayerSpec, shape: Shape, major: int) -> Step:
 def identity(spec: LayerSpec, shape: Shape, major: int) -> Step:
     """Dropout and noise layers act only in training; the input layer only declares the shape."""
     spec.weights_shaped()
-    return Step(lambda x: x, shape, "" if spec.class_name == "InputLayer" else spec.class_name)
+    return Step(lambda x: x, shape, "" if spec.class_name == "InputLayer" else spec.class_name, iter)
 
 
 def activation(spec: LayerSpec, shape: Shape, major: int) -> Step:

@@ -1,11 +1,15 @@
 """NumpyModel: a Keras model's forward pass as a chain of numpy layer functions, checked whole at load."""
 from __future__ import annotations
 
+import collections
+from collections.abc import Iterator
+
 import numpy as np
 
 from . import activations, cache, keras1
 from .artefact import Artefact
 from .layers import build
+from .spec import Step
 
 
 class NumpyModel:
@@ -24,6 +28,7 @@ class NumpyModel:
             self._steps.append(step)
             shape = step.shape
         self.output_shape = (None, *shape)
+        self._runs = _runs(self._steps)
         self._hard_sigmoid = any(activations.activation_name(spec.config.get(option)) == "hard_sigmoid"
                                  for spec in artefact.layers for option in ("activation", "recurrent_activation"))
 
@@ -35,8 +40,8 @@ class NumpyModel:
                 d is not None and d != n for d, n in zip(expected, x.shape[1:], strict=True)):
             raise ValueError(f"input of shape {x.shape} where the model takes {self.input_shape}")
         with np.errstate(all="ignore"):  # overflow gives inf, silently, as in the runtimes
-            for step in self._steps:
-                x = step.call(x)
+            for run in self._runs:
+                x = run[0].call(x) if len(run) == 1 else _in_step(run, x)
         return x.astype(np.float32, copy=False)
 
     def describe(self) -> str:
@@ -45,6 +50,33 @@ class NumpyModel:
         return f"numpy engine: {chain}" + (f"; hard_sigmoid as Keras {self._major}" if self._hard_sigmoid else "")
 
     __str__ = describe
+
+
+def _runs(steps: list[Step]) -> list[list[Step]]:
+    """The steps in runs to take in step over time: a forward recurrent layer, then while the run gives a
+    sequence, each next layer that can step with it (a forward recurrent layer, a layer passing its input on)."""
+    runs: list[list[Step]] = []
+    for step in steps:
+        last = runs[-1] if runs else None
+        if (last is not None and last[0].recurrent and last[0].over_time is not None and len(last[-1].shape) == 2
+                and step.over_time is not None):
+            last.append(step)
+        else:
+            runs.append([step])
+    return runs
+
+
+def _in_step(run: list[Step], x: np.ndarray) -> np.ndarray:
+    """A run's output: its layers stepped together over the timesteps of x (batch, timesteps, features)."""
+    if x.shape[1] == 0:
+        raise ValueError("an input with no timesteps")
+    flow: Iterator[np.ndarray] = (x[:, t] for t in range(x.shape[1]))
+    for step in run:
+        assert step.over_time is not None
+        flow = step.over_time(flow)
+    if len(run[-1].shape) == 2:
+        return np.stack(list(flow), axis=1)
+    return collections.deque(flow, maxlen=1)[0]  # the last timestep's, the others dropped as they come
 
 
 def load(path: str) -> NumpyModel:

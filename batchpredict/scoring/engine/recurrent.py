@@ -4,7 +4,7 @@ Each cell sums its terms in the order its Keras source does, so float32 rounding
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -34,48 +34,69 @@ def _gate_activations(spec: LayerSpec, major: int) -> tuple[activations.Activati
 
 def _layer(spec: LayerSpec, shape: Shape, units: int, project: Callable[[np.ndarray], np.ndarray],
            cell: Cell, states: int, note: str = "") -> Step:
-    """Projects all timesteps' inputs at once, then runs `cell` over time as keras' RNN layer does."""
+    """Runs `cell` over time as keras' RNN layer does, each timestep's inputs projected in its step.
+
+    A forward layer also runs in step with the recurrent layer before it (`over_time`, model.predict): no
+    array of every timestep's gates or of a whole sequence between them (megabytes on a night's batch, each
+    page a fault in a fresh worker).
+    """
     backwards, sequences = spec.config.get("go_backwards", False), spec.config.get("return_sequences", False)
+
+    def over_time(steps: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        state: State | None = None
+        for x in steps:
+            if state is None:
+                state = (np.zeros((len(x), units), np.float32),) * states
+            output, state = cell(project(x), state)
+            yield output
 
     def call(x: np.ndarray) -> np.ndarray:
         if x.shape[1] == 0:
             raise ValueError(f"{spec}: an input with no timesteps")
-        projected = project(x)
-        state = (np.zeros((len(x), units), np.float32),) * states
-        outputs = []
-        for t in (range(x.shape[1] - 1, -1, -1) if backwards else range(x.shape[1])):
-            output, state = cell(projected[:, t], state)
-            outputs.append(output)
+        order = range(x.shape[1] - 1, -1, -1) if backwards else range(x.shape[1])
+        outputs = list(over_time(x[:, t] for t in order))
         # Going backwards, keras keeps the outputs in the order it computed them.
         return np.stack(outputs, axis=1) if sequences else outputs[-1]
 
     label = f"{spec.class_name}({units}{', go_backwards' if backwards else ''}{note})"
-    return Step(call, (shape[0], units) if sequences else (units,), label)
+    return Step(call, (shape[0], units) if sequences else (units,), label, None if backwards else over_time, True)
+
+
+def _projection(kernel: np.ndarray, bias: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """x @ kernel (+ bias); with one feature, the products alone (a matrix product of depth 1 is its product,
+    and BLAS's is five times slower on a night's batch)."""
+    if kernel.shape[0] == 1:
+        row = kernel[0]
+        return (lambda x: x * row) if bias is None else (lambda x: x * row + bias)
+    return (lambda x: x @ kernel) if bias is None else (lambda x: x @ kernel + bias)
 
 
 def lstm(spec: LayerSpec, shape: Shape, major: int) -> Step:
     units, kernel, recurrent, bias = _recurrent(spec, shape, 4, lambda u: (4 * u,))
     act, rec = _gate_activations(spec, major)
+    # Keras' gates are i f c o; stored as i f o c, the three sigmoid gates are one slice: one call each
+    # activation a step, on no value it does not need. The same values, so the same sums.
+    order = np.r_[0:2 * units, 3 * units:4 * units, 2 * units:3 * units]
+    kernel, recurrent = kernel[:, order], np.ascontiguousarray(recurrent[:, order])
+    bias = None if bias is None else bias[order]
+    sigmoids = slice(0, 3 * units)
 
     def cell(xw: np.ndarray, state: State) -> tuple[np.ndarray, State]:
         h, c = state
-        # The same sums in the same order as before, written into the arrays each step makes anyway: a fresh
-        # worker pays a page fault for every new page, and each temporary of a 288-window batch is ~100 pages.
         z = h @ recurrent
         np.add(xw, z, out=z)
         if bias is not None:
             z += bias
-        # One call of each activation a step: per call, numpy's overhead outweighs these few values.
-        gates = rec(z)
-        candidate = act(z[:, 2 * units:3 * units])
+        gates = rec(z[:, sigmoids])
+        candidate = act(z[:, 3 * units:])
         candidate *= gates[:, :units]
         c = gates[:, units:2 * units] * c
         c += candidate
         h = act(c)
-        h *= gates[:, 3 * units:]
+        h *= gates[:, 2 * units:]
         return h, (h, c)
 
-    return _layer(spec, shape, units, lambda x: x @ kernel, cell, 2)
+    return _layer(spec, shape, units, _projection(kernel), cell, 2)
 
 
 def gru(spec: LayerSpec, shape: Shape, major: int) -> Step:
@@ -99,8 +120,8 @@ def gru(spec: LayerSpec, shape: Shape, major: int) -> Step:
         h = z * h + (1 - z) * hh
         return h, (h,)
 
-    return _layer(spec, shape, units, lambda x: x @ kernel if input_bias is None else x @ kernel + input_bias,
-                  cell, 1, "" if reset_after else ", reset_after=False")
+    return _layer(spec, shape, units, _projection(kernel, input_bias), cell, 1,
+                  "" if reset_after else ", reset_after=False")
 
 
 def simple_rnn(spec: LayerSpec, shape: Shape, major: int) -> Step:
@@ -111,4 +132,4 @@ def simple_rnn(spec: LayerSpec, shape: Shape, major: int) -> Step:
         h = act(xw + state[0] @ recurrent)
         return h, (h,)
 
-    return _layer(spec, shape, units, lambda x: x @ kernel if bias is None else x @ kernel + bias, cell, 1)
+    return _layer(spec, shape, units, _projection(kernel, bias), cell, 1)

@@ -1,7 +1,7 @@
 """One layer as read from an artefact, what building it yields, and the checks every layer function makes."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,3 +56,7 @@ class Step:
     call: Callable[[np.ndarray], np.ndarray]
     shape: Shape
     label: str = ""
+    # Per timestep, for a layer that can run in step with the one before it: each timestep's output from
+    # each timestep's input (batch, features), in time order; None for the rest.
+    over_time: Callable[[Iterable[np.ndarray]], Iterator[np.ndarray]] | None = None
+    recurrent: bool = False
