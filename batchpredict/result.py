@@ -1,6 +1,7 @@
 """What a job comes back as: its status, its scored points, and the executor's account of it."""
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,16 +151,34 @@ class Points:
     __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict:
-        """The columns as JSON-able lists (floats at full precision, NaN as JSON's NaN)."""
-        found = {name: getattr(self, name) for name in self.__slots__}
-        return {name: value.tolist() if isinstance(value, np.ndarray) else value for name, value in found.items()}
+        """The columns as JSON-able values: the numbers as base64 of their bytes (exact, and ~20 times faster
+        to write than JSON's decimals for a night's 288 points), the labels as a list."""
+        return {name: _encoded(getattr(self, name)) for name in self.__slots__}
 
     @classmethod
     def from_dict(cls, d: dict | list) -> Points:
-        """to_dict's columns, or a list of Point dicts (journals written before the columns)."""
+        """to_dict's columns (as lists, in journals written before the bytes), or a list of Point dicts (journals
+        written before the columns)."""
         if isinstance(d, list):
             return cls.of([Point.from_dict(p) for p in d])
-        return cls(**d)
+        return cls(**{name: _decoded(value) for name, value in d.items()})
+
+
+_NUMBERS = {"<f8", "|b1", "|u1"}  # the dtypes of a Points column; anything else in a journal is not one of ours
+
+
+def _encoded(value: Any) -> Any:
+    if isinstance(value, np.ndarray) and value.dtype.str in _NUMBERS:
+        return {"dtype": value.dtype.str, "shape": list(value.shape), "b64": base64.b64encode(value.tobytes()).decode()}
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get("dtype") not in _NUMBERS:
+            raise ValueError(f"a column of dtype {value.get('dtype')!r}")
+        return np.frombuffer(base64.b64decode(value["b64"]), dtype=value["dtype"]).reshape(value["shape"]).copy()
+    return value
 
 
 def _same(a: Any, b: Any) -> bool:

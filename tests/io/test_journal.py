@@ -18,7 +18,7 @@ from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli
 from batchpredict import Params, predict_table
 from batchpredict.errors import LockHeld, UsageError
 from batchpredict.io.journal import Journal, Lock
-from batchpredict.result import Point, Result, Severity, Status
+from batchpredict.result import Point, Points, Result, Severity, Status
 
 TIMING = ["attempts", "duration_ms", "worker_pid", "worker_peak_rss_mib"]
 
@@ -141,7 +141,7 @@ def test_a_points_run_resumed_mid_way_writes_the_uninterrupted_runs_csv(store, t
     scaler.write_bytes(real)
     assert run.returncode == 128 + signal.SIGTERM, stderr
     first = journal_results(journal)
-    assert 3 <= len(first) < len(BASE_IPS) and all(len(r["points"]["observed"]) == 5 for r in first)  # a line per IP
+    assert 3 <= len(first) < len(BASE_IPS) and all(len(Points.from_dict(r["points"])) == 5 for r in first)  # a line per IP
     resumed = run_cli("predict", "--data", table, "--models", store, "--out", out, "--resume")
     assert resumed.returncode == 2 and "another table, store or settings" in resumed.stderr  # --points is an input
 

@@ -198,6 +198,12 @@ def test_points_travel_whole_through_pickle_and_the_journal_and_as_point_objects
     assert [p.timestamp for p in objects] == ["t1", "t2", "t3", "t4"]
     assert Points.of(objects) == points
     assert Points.from_dict([p.to_dict() for p in objects]) == objects  # a journal written before the columns
+    as_lists = {name: value.tolist() if isinstance(value, np.ndarray) else value  # ... before the bytes
+                for name, value in ((name, getattr(points, name)) for name in Points.__slots__)}
+    assert Points.from_dict(json.loads(json.dumps(as_lists))) == points
+    hostile = {**points.to_dict(), "observed": {"dtype": "|O", "shape": [4], "b64": ""}}
+    with pytest.raises(ValueError, match="dtype"):
+        Points.from_dict(hostile)
 
 
 def test_verdicts_of_every_point_are_the_seeds_comparison_of_each():

@@ -6,11 +6,12 @@ package's __init__ (the prctl and the environment) has run first.
 
 Then it runs one job on each tiny bundled model (warmup/, made by scripts/make_warmup.py), so
 that what a first job pays once per process (lazy imports, regex and codec caches, h5py's and
-zipfile's first use) is paid here, before any fork: ~21 -> ~15 ms a lean job. Nothing it runs
+zipfile's first use, the weights cache's read) is paid here, before any fork: ~21 -> ~15 ms a lean job. Nothing it runs
 starts a thread, and it leaves no file open.
 """
 import gc
 import os
+import tempfile
 
 import h5py  # noqa: F401
 import numpy  # noqa: F401
@@ -21,9 +22,17 @@ from ...scoring import engine, prediction  # noqa: F401
 prediction.LEAN = True
 
 _WARMUP = os.path.join(os.path.dirname(__file__), "warmup")
-for _model in ("warmup.h5", "warmup.keras"):
-    prediction.run_job(Job("warm-up", [str(i) for i in range(30)], [float(i % 7) for i in range(30)], _WARMUP,
-                       _model, "warmup.save", 1.0))
+# Twice each, with a weights cache of its own: a miss (HDF5, zipfile, the cache's write), then a hit (its read).
+_cache = os.environ.get("BATCHPREDICT_CACHE")
+with tempfile.TemporaryDirectory() as _warm:
+    os.environ["BATCHPREDICT_CACHE"] = _warm
+    for _model in ("warmup.h5", "warmup.keras", "warmup.h5", "warmup.keras"):
+        prediction.run_job(Job("warm-up", [str(i) for i in range(30)], [float(i % 7) for i in range(30)], _WARMUP,
+                           _model, "warmup.save", 1.0))
+if _cache is None:
+    del os.environ["BATCHPREDICT_CACHE"]
+else:
+    os.environ["BATCHPREDICT_CACHE"] = _cache
 
 # Every page a worker writes is copied from this process first (~6 us a page here); the collector
 # would write to every object it walks. What exists now is never collected, and a worker, which
