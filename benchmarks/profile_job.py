@@ -1,7 +1,7 @@
 """Where a nightly job's time goes: each step of prediction.run_job timed, in a worker forked per job as the lean
 forkserver forks them, then the result's trip to the coordinator and the coordinator's rendering of its rows.
 
-    .venv/bin/python benchmarks/profile_job.py [--n 100] [--points 288] [--std rolling:96] [--alert likelihood]
+    .venv/bin/python benchmarks/profile_job.py [--n 100] [--buckets 400] [--points 288] [--std rolling:96] [--alert ensemble]
 
 The steps are timed by wrapping the functions prediction.py calls (time.perf_counter around each), so the
 code timed is the product's own; nothing in the product is instrumented. Prints the median per job and
@@ -31,7 +31,7 @@ from batchpredict.io import output  # noqa: E402
 from batchpredict.io.store import Store  # noqa: E402
 from batchpredict.io.table import Table  # noqa: E402
 from batchpredict.job import Params  # noqa: E402
-from batchpredict.scoring import alerting, anomaly, prediction, scalers  # noqa: E402
+from batchpredict.scoring import alerting, anomaly, engine, prediction, scalers  # noqa: E402
 
 STEPS = ("read scaler", "read model", "windows", "scale", "forward pass", "stds", "bands and verdicts", "alerts",
          "other in the job")
@@ -82,11 +82,16 @@ def main() -> None:
     parser.add_argument("--buckets", type=int, default=400)
     parser.add_argument("--points", type=int, default=288)
     parser.add_argument("--std", default="rolling:96")
-    parser.add_argument("--alert", default="likelihood")
+    parser.add_argument("--alert", default=Params.alert)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--cold", action="store_true", help="no weights cache: every model read through h5py")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        # A weights cache of its own, filled below before any job is timed (a night after the first).
+        os.environ["BATCHPREDICT_CACHE"] = "off" if args.cold else os.path.join(tmp, "weights-cache")
         store, table_path = map(str, farm.build(args.n, tmp, buckets=args.buckets))
+        for model in sorted(os.listdir(os.path.join(store, "model"))):
+            engine.load(os.path.join(store, "model", model))
         table = Table(table_path)
         since = table.labels[-args.points - 1] if args.points > 1 else None
         params = Params(since=since, std=args.std, alert=args.alert)
