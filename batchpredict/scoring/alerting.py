@@ -139,7 +139,9 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     if method.name != ENSEMBLE:
         return first, score, judged, rule.astype(np.uint8)
     values = np.asarray(residuals if observed is None else observed, dtype=float)
-    for name, fired in zip(VALUE_RULES, (extremes(values, method), quiet_days(values, method)), strict=True):
+    week = _week(values, method)
+    for name, fired in zip(VALUE_RULES, (extremes(values, method, week), quiet_days(values, method, week)),
+                           strict=True):
         fired = onsets(fired, method.rest)[len(values) - n:]
         rule = np.where((rule == 0) & fired, RULES.index(name), rule)
     alert = onsets(rule > 0, method.rest)
@@ -162,56 +164,61 @@ def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method
     return trigger & ~(seen[high] > seen[low])
 
 
-def extremes(values: np.ndarray, method: Method) -> np.ndarray:
+def extremes(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Values beyond the range of the `span` values before them by `extreme` of the `week`'s range: relative
-    to the week, so a small bump after two flat days is not new."""
+    to the week, so a small bump after two flat days is not new. `week`: _week(values, method), if at hand."""
     high, low, count = _range_before(values, method.span)
-    most, least, _ = _range_before(values, method.week)
+    width, _ = week or _week(values, method)
     with np.errstate(invalid="ignore"):
-        beyond = np.maximum(values - high, low - values) > method.extreme * (most - least)
+        beyond = np.maximum(values - high, low - values) > method.extreme * width
     return beyond & (high > low) & (count >= max(2, method.span // 4))
 
 
-def quiet_days(values: np.ndarray, method: Method) -> np.ndarray:
+def quiet_days(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Points whose last `day` values span less than any `day` values ending in the `week` before (and at
     least a day before), by `quiet` of the week's range: a daily rhythm that stopped."""
     day, others = method.day, method.week - method.day
     high, low, count = _range_before(np.append(values, 0.0), day)
     days = np.where(count == day, high - low, np.nan)[1:]  # the range of the day ending at each point
     full = np.isfinite(days)
-    least = _range_before(np.where(full, days, np.inf), others, fn=np.minimum)[0]  # over the days ending before
+    least = _before(np.where(full, days, np.inf), others, np.minimum)  # over the days ending before
     shift = min(day - 1, len(days))  # ... those ending at t - week + 1 .. t - day, for point t
     least = np.concatenate([np.full(shift, np.nan), least[:len(days) - shift]])
     seen = np.concatenate([[0], np.cumsum(full)])
     index = np.arange(len(days))
     counted = seen[np.maximum(index - day + 1, 0)] - seen[np.maximum(index - method.week + 1, 0)]
-    high, low, count = _range_before(values, method.week)
+    width, count = week or _week(values, method)
     with np.errstate(invalid="ignore"):
-        below = days < least - method.quiet * (high - low)
+        below = days < least - method.quiet * width
     return below & (counted >= max(1, others // 4)) & (count >= method.week // 4)
 
 
-def _range_before(values: np.ndarray, count: int, fn: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per point, the max and the min of up to `count` values before it, and how many there were; `fn`
-    (np.minimum) gives only the min, twice. NaN where there were none. A sparse table: log2(count) passes."""
+def _week(values: np.ndarray, method: Method) -> tuple[np.ndarray, np.ndarray]:
+    """Per point, the range of the `week` values before it, and how many there were: both rules' scale."""
+    high, low, count = _range_before(values, method.week)
+    return high - low, count
+
+
+def _range_before(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per point, the max and the min of up to `count` values before it (NaN where none), and how many."""
+    index = np.arange(len(values))
+    return _before(values, count, np.maximum), _before(values, count, np.minimum), index - np.maximum(index - count, 0)
+
+
+def _before(values: np.ndarray, count: int, reduce: Any) -> np.ndarray:
+    """Per point, `reduce` (np.maximum or np.minimum) over up to `count` values before it; NaN where there are
+    none. A sparse table: level j holds each run of 2^j values from its index, and a window is two runs."""
     n = len(values)
     index = np.arange(n)
     start = np.maximum(index - count, 0)
     taken = index - start
-    reducers = [np.maximum, np.minimum] if fn is None else [fn, fn]
-    out = []
-    for reduce in reducers:
-        levels = [np.asarray(values, dtype=float)]
-        while 2 ** len(levels) <= max(count, 1):
-            size = 2 ** (len(levels) - 1)
-            last = levels[-1]
-            levels.append(reduce(last, np.concatenate([last[size:], last[-size:]])) if n > size else last)
-        k = np.floor(np.log2(np.maximum(taken, 1))).astype(int)
-        table = np.stack(levels)
-        left = table[k, start]
-        right = table[k, np.maximum(index - 2 ** k, 0)]
-        out.append(np.where(taken > 0, reduce(left, right), np.nan))
-    return out[0], out[1], taken
+    levels = [np.asarray(values, dtype=float)]
+    while 2 ** len(levels) <= min(count, max(n - 1, 1)):  # no window is longer than either
+        size, last = 2 ** (len(levels) - 1), levels[-1]
+        levels.append(reduce(last, np.concatenate([last[size:], last[-size:]])))
+    k = np.floor(np.log2(np.maximum(taken, 1))).astype(int)
+    table = np.stack(levels)
+    return np.where(taken > 0, reduce(table[k, start], table[k, np.maximum(index - 2 ** k, 0)]), np.nan)
 
 
 def likelihood_z(residuals: np.ndarray, store_std: float, method: Method) -> tuple[np.ndarray, np.ndarray]:
