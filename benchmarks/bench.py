@@ -19,8 +19,9 @@
    same points with one batched `predict` per IP (--nightly-seed-n IPs of the same store).
 Runs 3-7 score --ours-n IPs (the same store, grown), counted from the call to the last row, planning
 included; both forkservers are started and the weights cache (a folder of the run's own) filled before the
-first of them, as on every night after the first (a run pays the start once: ~0.2 s lean, ~3 s TensorFlow). Prints a table and writes benchmarks/results.json;
-with --only, just the runs named, and results.json only with an explicit --out.
+first of them, as on every night after the first (a run pays the start once: ~0.2 s lean, ~3 s TensorFlow).
+Prints a table, the ratios and the targets of docs/performance.md (met or missed), and writes them to
+benchmarks/results.json; with --only, just the runs named, and results.json only with an explicit --out.
 benchmarks/profile_job.py gives the breakdown of a nightly job's time.
 """
 from __future__ import annotations
@@ -109,6 +110,16 @@ def nightly(store: str, table: str, workers: int, dest: str) -> dict:
             "median_job_ms": float(jobs["duration_ms"].median()),
             "engines": summary["engines"],
             "predictions": jobs["predicted"].to_dict()}
+
+
+def _targets(runs: dict, ratios: dict) -> list[tuple[str, float | None, float, bool]]:
+    """(name, value, bound, whether the bound is a ceiling) of each target of docs/performance.md."""
+    strict, nightly = runs.get("strict_k1", {}), runs.get("nightly", {})
+    return [("strict >= 100x", ratios.get("strict_vs_seed"), 100.0, False),
+            ("worker <= 150 MiB", strict.get("worker_peak_rss_mib"), 150.0, True),
+            ("coordinator <= 1 ms CPU a strict job", strict.get("coordinator_cpu_ms_per_job"), 1.0, True),
+            ("nightly >= 50 jobs/s", nightly.get("jobs_per_s"), 50.0, False),
+            ("nightly >= 50x", ratios.get("nightly_vs_seed"), 50.0, False)]
 
 
 def warm_cache() -> None:
@@ -211,6 +222,9 @@ def main() -> None:
              "spawn_vs_seed": ("spawn_per_job", "seed_loop"), "nightly_vs_seed": ("nightly", "nightly_seed")}
     ratios = {key: runs[name]["jobs_per_s"] / runs[seed]["jobs_per_s"]
               for key, (name, seed) in pairs.items() if name in runs and seed in runs}
+    targets = {name: {"value": value, "target": bound,
+                      "met": value is not None and (value <= bound if ceiling else value >= bound)}
+               for name, value, bound, ceiling in _targets(runs, ratios)}
     results = {
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)},
@@ -221,6 +235,7 @@ def main() -> None:
         "ratios": ratios,
         "nightly_vs_seed": ratios.get("nightly_vs_seed"),
         "nightly_jobs_per_s": runs.get("nightly", {}).get("jobs_per_s"),
+        "targets": targets,
     }
     if out:
         with open(out, "w") as fh:
@@ -236,6 +251,8 @@ def main() -> None:
               f"{run['coordinator_peak_rss_mib']:8.0f}Mi {'-' if growth is None else f'{growth:.1f}Mi':>12} "
               f"{run['worker_peak_rss_mib'] or 0:9.0f}Mi {'-' if diff is None else f'{diff:.2e}':>10}")
     print("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in results["ratios"].items()))
+    print("targets: " + ", ".join(f"{name} {'met' if t['met'] else 'missed'} ({t['value']:.3g})"
+                                   for name, t in targets.items() if t["value"] is not None))
     if hash_ms is not None:
         print(f"manifest check (sha256 of one IP's model and scaler, and its std): {hash_ms:.3f} ms a job")
     print("load average (1 min) before and after each run: " + " ".join(f"{x:.2f}" for x in load))
