@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .status import RULES, Severity, Status
+from .status import RULES, VALUE_RULES, Severity, Status
 
 SEVERITIES = list(Severity)  # a severity code (Points.severity) is its index here
 
@@ -108,11 +108,10 @@ class Points:
                    modes.pop() if modes else "store",
                    [bool(p.alert) for p in points] if alerting else None,
                    [np.nan if p.score is None else p.score for p in points] if alerting else None,
-                   [p.alert_source not in ("", "severity") for p in points] if alerting else None,
-                   next((p.alert_source for p in points if p.alert_source not in RULES[2:]),
-                        next((p.alert_source for p in points if p.alert_source not in ("", "severity")), "")),
+                   [p.score is not None for p in points] if alerting else None,
+                   next((p.alert_source for p in points if p.alert_source not in ("", "severity", *VALUE_RULES)), ""),
                    [RULES.index(p.alert_source) if p.alert and p.alert_source in RULES else 0 for p in points]
-                   if any(p.alert and p.alert_source in RULES[2:4] for p in points) else None)
+                   if any(p.alert and p.alert_source in VALUE_RULES for p in points) else None)
 
     def __len__(self) -> int:
         return len(self.observed)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..status import RULES
+from ..status import RULES, VALUE_RULES
 
 NONE = "none"
 
@@ -64,9 +64,9 @@ class Method:
         """Residuals before a point that its alert depends on."""
         if self.name == "severity":
             return self.rest
-        if self.name != ENSEMBLE:
-            return self.centre + max(self.window, self.average - 1) + self.rest
-        return self.centre + max(self.window, self.average - 1) + self.day + self.tolerance + 2 * self.rest
+        likelihood = self.centre + max(self.window, self.average - 1) + self.rest
+        # The ensemble's: a trigger a day (and a tolerance) back, and the onsets of all rules merged.
+        return likelihood + self.day + self.tolerance + self.rest if self.name == ENSEMBLE else likelihood
 
     def value_history(self) -> int:
         """Observed values before a point that its alert depends on: more than residuals for the value rules,
@@ -82,7 +82,6 @@ class Method:
 
 
 ENSEMBLE = "ensemble"
-VALUE_RULES = ("extreme", "quiet")  # the ensemble's rules on the observed values
 _LIKELIHOOD = ("window", "average", "centre", "rest", "threshold", "floor")
 _KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "day", "week"), "likelihood": _LIKELIHOOD,
          "severity": ("rest",)}
@@ -125,8 +124,8 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     """(alert, score, judged by the likelihood, rule) per point, from every point's residual in time order.
 
     `critical`: the seed's verdict per point, the fallback where too little history exists. The score is
-    NaN where the point fell back. `observed`: the values the ensemble's rules read, ending at the same point
-    as `residuals` and reaching further back. `rule`: per alert, what raised it, as codes into RULES.
+    NaN where the point fell back. `observed`: the values the ensemble's rules read (it needs them), ending at
+    the same point as `residuals` and reaching further back. `rule`: per alert, what raised it, codes into RULES.
     """
     n = len(residuals)
     score = np.full(n, np.nan)
@@ -138,7 +137,9 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     rule = np.where(first, np.where(judged, RULES.index("likelihood"), RULES.index("severity")), 0)
     if method.name != ENSEMBLE:
         return first, score, judged, rule.astype(np.uint8)
-    values = np.asarray(residuals if observed is None else observed, dtype=float)
+    if observed is None:
+        raise ValueError("the ensemble's value rules need the observed values")
+    values = np.asarray(observed, dtype=float)
     week = _week(values, method)
     for name, fired in zip(VALUE_RULES, (extremes(values, method, week), quiet_days(values, method, week)),
                            strict=True):

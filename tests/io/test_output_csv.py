@@ -21,6 +21,7 @@ from batchpredict import Params, predict_table
 from batchpredict.io import output
 from batchpredict.result import SEVERITIES, Points, Result
 from batchpredict.scoring.anomaly import assess, verdicts
+from batchpredict.status import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
@@ -217,3 +218,16 @@ def test_verdicts_of_every_point_are_the_seeds_comparison_of_each():
         assert bool(anomaly[i]) == outside[0]
         assert SEVERITIES[severity[i]].value == ("critical" if outside[1] else "warning" if outside[0] else "normal")
     assert assess(108.0, 100.0, 2.0, (2, 4)) == ((96.0, 92.0), (104.0, 108.0), True, SEVERITIES[1])
+
+
+def test_an_ensembles_points_travel_whole_as_point_objects():
+    """Its alerts name their rules, an extreme one on a point the likelihood could not judge yet included."""
+    points = _result(["t1", "t2", "t3", "t4"], True).points
+    points.method = "ensemble"
+    points.alert = np.array([True, False, True, False])
+    points.judged = np.array([False, True, True, True])
+    points.score = np.where(points.judged, 0.5, np.nan)
+    points.rule = np.array([RULES.index("extreme"), 0, RULES.index("likelihood"), 0], dtype=np.uint8)
+    objects = list(points)
+    assert [p.alert_source for p in objects] == ["extreme", "ensemble", "likelihood", "ensemble"]
+    assert Points.of(objects) == points
