@@ -1,7 +1,6 @@
 """NumpyModel: a Keras model's forward pass as a chain of numpy layer functions, checked whole at load."""
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterator
 
 import numpy as np
@@ -9,6 +8,7 @@ import numpy as np
 from . import activations, cache, keras1
 from .artefact import Artefact
 from .layers import build
+from .recurrent import outputs
 from .spec import Step
 
 
@@ -70,13 +70,11 @@ def _in_step(run: list[Step], x: np.ndarray) -> np.ndarray:
     """A run's output: its layers stepped together over the timesteps of x (batch, timesteps, features)."""
     if x.shape[1] == 0:
         raise ValueError("an input with no timesteps")
-    flow: Iterator[np.ndarray] = (x[:, t] for t in range(x.shape[1]))
+    flow: Iterator[np.ndarray] = (x[:, t].T for t in range(x.shape[1]))  # (features, batch): recurrent.py
     for step in run:
         assert step.over_time is not None
         flow = step.over_time(flow)
-    if len(run[-1].shape) == 2:
-        return np.stack(list(flow), axis=1)
-    return collections.deque(flow, maxlen=1)[0]  # the last timestep's, the others dropped as they come
+    return outputs(flow, x.shape[:2], len(run[-1].shape) == 2)
 
 
 def load(path: str) -> NumpyModel:

@@ -57,6 +57,7 @@ class Step:
     shape: Shape
     label: str = ""
     # Per timestep, for a layer that can run in step with the one before it: each timestep's output from
-    # each timestep's input (batch, features), in time order; None for the rest.
+    # each timestep's input, in time order, both (features, batch) (recurrent.py) and each output valid
+    # until the next is asked for; None for the rest.
     over_time: Callable[[Iterable[np.ndarray]], Iterator[np.ndarray]] | None = None
     recurrent: bool = False
