@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import pickle
+import resource
 import statistics
 import sys
 import tempfile
@@ -36,15 +37,21 @@ from batchpredict.scoring import alerting, anomaly, engine, prediction, scalers 
 STEPS = ("read scaler", "read model", "windows", "scale", "forward pass", "stds", "bands and verdicts", "alerts",
          "other in the job")
 spent: dict[str, float] = defaultdict(float)
+faulted: dict[str, float] = defaultdict(float)  # minor page faults, each a page first written in the worker
+
+
+def _faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
+        start, faults = time.perf_counter(), _faults()
         try:
             return function(*args, **kwargs)
         finally:
             spent[name] += time.perf_counter() - start
+            faulted[name] += _faults() - faults
     return call
 
 
@@ -100,27 +107,29 @@ def main() -> None:
         jobs = [job for job in plan.jobs_of(table.chunks()) if job is not None]
         instrument()
         per_job: list[dict[str, float]] = []
+        per_job_faults: list[dict[str, float]] = []
         points = 0
         for job in jobs:
             read, write = os.pipe()
             pid = os.fork()
             if pid == 0:  # the worker: one job, its timings and its pickled result down the pipe
                 os.close(read)
-                start = time.perf_counter()
+                start, faults = time.perf_counter(), _faults()
                 result = prediction.run_job(job)
                 total = time.perf_counter() - start
+                faulted["job"] = _faults() - faults
                 result.duration_ms = total * 1e3
                 pickled = time.perf_counter()
                 payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
                 spent["pickle in the worker"] = time.perf_counter() - pickled
                 spent["job"] = total
-                message = pickle.dumps((dict(spent), payload))
+                message = pickle.dumps((dict(spent), dict(faulted), payload))
                 with os.fdopen(write, "wb") as fh:
                     fh.write(message)
                 os._exit(0)
             os.close(write)
             with os.fdopen(read, "rb") as fh:
-                timings, payload = pickle.loads(fh.read())
+                timings, faults, payload = pickle.loads(fh.read())
             os.waitpid(pid, 0)
             start = time.perf_counter()
             result = pickle.loads(payload)
@@ -133,22 +142,26 @@ def main() -> None:
             json.dumps(result.to_dict())
             timings["journal line"] = time.perf_counter() - start
             timings["other in the job"] = timings["job"] - sum(timings.get(step, 0.0) for step in STEPS[:-1])
+            faults["other in the job"] = faults["job"] - sum(faults.get(step, 0.0) for step in STEPS[:-1])
+            per_job_faults.append(faults)
             assert result.status.value == "ok", result.error
             points = len(result.points)
             per_job.append(timings)
     names = [*STEPS, "job", "pickle in the worker", "unpickle in the coordinator",
              "coordinator rows (CSV, events, tallies)", "journal line"]
     medians = {name: statistics.median(t.get(name, 0.0) for t in per_job) * 1e3 for name in names}
+    faults = {name: statistics.median(f.get(name, 0.0) for f in per_job_faults) for name in [*STEPS, "job"]}
     print(f"{len(per_job)} jobs, {points} rows each, --std {args.std}, --alert {args.alert}; load average "
           f"{os.getloadavg()[0]:.2f}")
-    print(f"{'step':42} {'median ms/job':>13} {'us/row':>8}")
+    print(f"{'step':42} {'median ms/job':>13} {'us/row':>8} {'page faults':>11}")
     for name in names:
-        print(f"{name:42} {medians[name]:13.2f} {medians[name] * 1e3 / max(points, 1):8.1f}")
+        print(f"{name:42} {medians[name]:13.2f} {medians[name] * 1e3 / max(points, 1):8.1f}"
+              + (f" {faults[name]:11.0f}" if name in faults else ""))
     print(f"{'result bytes':42} {statistics.median(t['result bytes'] for t in per_job):13.0f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"jobs": len(per_job), "rows_per_job": points, "std": args.std, "alert": args.alert,
-                       "load_average": os.getloadavg()[0], "median_ms": medians,
+                       "load_average": os.getloadavg()[0], "median_ms": medians, "median_page_faults": faults,
                        "result_bytes": statistics.median(t["result bytes"] for t in per_job)}, fh, indent=2)
 
 

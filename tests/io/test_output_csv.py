@@ -190,6 +190,20 @@ def test_a_block_of_rows_is_the_csv_modules_text_of_their_cells(labels, alerting
     assert [c[1] for c in cells] == labels and all(len(c) == len(output.columns((2, 4), True, alerting)) for c in cells)
 
 
+def test_floats_are_written_as_their_repr_at_every_magnitude():
+    """output.reprs against repr: every decade a float64 has, the edges where repr turns to an exponent, and
+    what a table's values look like (a few decimals, integers, float32 values widened)."""
+    rng = np.random.default_rng(4)
+    edges = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-4, np.nextafter(1e-4, 0), np.nextafter(1e-4, 1), 1e16,
+             np.nextafter(1e16, 0), 5e-324, 2.0 ** 53 + 2, 0.1, 1 / 3, np.finfo(float).max, np.finfo(float).tiny]
+    decades = rng.choice([-1, 1], 20000) * 10.0 ** rng.uniform(-320, 308, 20000)
+    values = np.concatenate([edges, np.negative(edges), decades,
+                             *[np.round(rng.normal(100, 50, 1000), d) for d in range(7)], np.arange(-500, 500.0),
+                             rng.normal(0, 100, 5000).astype(np.float32)])
+    assert output.reprs(values) == [repr(float(v)) for v in values]
+    assert output.reprs(np.array([])) == []
+
+
 @pytest.mark.parametrize("alerting", [False, True])
 def test_points_travel_whole_through_pickle_and_the_journal_and_as_point_objects(alerting):
     points = _result(["t1", "t2", "t3", "t4"], alerting).points
