@@ -101,16 +101,19 @@ def lstm(spec: LayerSpec, shape: Shape, major: int) -> Step:
     units, kernel, recurrent, bias = _recurrent(spec, shape, 4, lambda u: (4 * u,))
     act, rec = _gate_activations(spec, major)
     features, u = kernel.shape[0], units
-    # Keras' gates are i f c o; stored as i f o c, the three sigmoid gates are one block. The weights of
-    # [h; x; 1]: the gates in one product.
-    order = np.r_[0:2 * u, 3 * u:4 * u, 2 * u:3 * u]
-    weights = np.hstack([recurrent.T[order], kernel.T[order]] + ([bias[order, None]] if bias is not None else []))
+    # The weights of [h; x; 1]: the gates in one product. Keras' gates are i f c o; stored as i f o c, the three
+    # sigmoid gates are one block.
+    weights = np.empty((4 * u, u + features + (bias is not None)), np.float32)
+    for to, of in ((slice(0, 2 * u), slice(0, 2 * u)), (slice(2 * u, 3 * u), slice(3 * u, 4 * u)),
+                   (slice(3 * u, 4 * u), slice(2 * u, 3 * u))):
+        weights[to, :u], weights[to, u:u + features] = recurrent[:, of].T, kernel[:, of].T
+        if bias is not None:
+            weights[to, -1] = bias[of]
     # tanh and sigmoid, the defaults, are one tanh pass over every gate: sigmoid(z) = 0.5 tanh(z / 2) + 0.5
     # (activations.sigmoid), with the halving in the sigmoid gates' weights, exact in float32.
     fused = act is np.tanh and rec is activations.sigmoid
     if fused:
         weights[:3 * u] *= _HALF
-    weights = np.ascontiguousarray(weights, np.float32)
 
     def over_time(steps: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         operand = z = c = None
