@@ -29,6 +29,7 @@ from ..io.store import MODEL_SUFFIXES, Store
 from ..io.table import read_table
 from ..job import Params, RunOptions
 from ..result import Outcome, Status
+from ..scoring.engine import cache
 from ..scoring.features import rolling_series
 
 log = logging.getLogger("batchpredict")
@@ -154,6 +155,7 @@ def _save_model(model, job: TrainJob) -> str:  # noqa: ANN001
     else:
         with replaced(final, keep_suffix=True) as built:
             model.save(built)
+        cache.fill(final)  # the night's lean workers then never open it with h5py
     # Exactly one artefact per IP: a model retrained in another format replaces the old one.
     for other in [os.path.join(folder, job.ip + s) for s in MODEL_SUFFIXES] + [os.path.join(folder, job.ip)]:
         if other != final:

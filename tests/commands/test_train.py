@@ -1,10 +1,12 @@
 """Training in isolated workers: a learnable series, crash safety of the store, determinism."""
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import joblib
 import numpy as np
@@ -36,6 +38,20 @@ def trained(tmp_path_factory):
     done = run_cli("train", "--data", history, "--models", store, "--epochs", EPOCHS, "--seed", "3", timeout=600)
     assert done.returncode == 0, done.stderr
     return tmp, history, store
+
+
+@pytest.mark.slow
+def test_training_fills_the_weights_cache_so_the_first_night_hits(trained):
+    """Each model train wrote has its weights cache entry, under the file's sha256 (scoring/engine/cache.py).
+    First in this module: a predict on the store would fill the cache too."""
+    from batchpredict.scoring.engine import cache
+
+    _, _, store = trained
+    models = sorted((store / "model").iterdir())
+    assert len(models) == len(IPS)
+    for model in models:
+        entry = Path(cache.directory()) / (hashlib.sha256(model.read_bytes()).hexdigest() + ".weights")
+        assert entry.read_bytes().startswith(cache.MAGIC), model.name
 
 
 @pytest.mark.slow

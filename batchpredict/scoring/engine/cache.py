@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ...errors import BatchPredictError
 from .artefact import Artefact, read
 from .spec import LayerSpec
 
@@ -67,6 +68,13 @@ def load(path: str) -> tuple[Artefact, str]:
     except OSError as exc:
         return artefact, f"file (weights cache {folder} not written: {exc.strerror or exc})"
     return artefact, "file"
+
+
+def fill(path: str) -> None:
+    """The model file's entry written, where the numpy engine reads the file: `train` fills the cache, so
+    the night after it hits. What the engine cannot read is the night's to report, not this call's."""
+    with contextlib.suppress(BatchPredictError, OSError):
+        load(path)
 
 
 def write(entry: str, artefact: Artefact) -> None:
