@@ -15,6 +15,7 @@ import os
 import pickle
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,11 +29,10 @@ import batchpredict.runtime.preload  # noqa: E402,F401,I001 - first: one BLAS th
 import batchpredict.runtime.preload.lean  # noqa: E402,F401 - the worker's parent, as the lean forkserver is
 import farm  # noqa: E402
 from batchpredict.commands import predict as coordinator  # noqa: E402
-from batchpredict.io import output  # noqa: E402
 from batchpredict.io.store import Store  # noqa: E402
 from batchpredict.io.table import Table  # noqa: E402
 from batchpredict.job import Params  # noqa: E402
-from batchpredict.scoring import alerting, anomaly, engine, prediction, scalers  # noqa: E402
+from batchpredict.scoring import alerting, anomaly, prediction, scalers  # noqa: E402
 
 STEPS = ("read scaler", "read model", "windows", "scale", "forward pass", "stds", "bands and verdicts", "alerts",
          "other in the job")
@@ -97,8 +97,11 @@ def main() -> None:
         # A weights cache of its own, filled below before any job is timed (a night after the first).
         os.environ["BATCHPREDICT_CACHE"] = "off" if args.cold else os.path.join(tmp, "weights-cache")
         store, table_path = map(str, farm.build(args.n, tmp, buckets=args.buckets))
-        for model in sorted(os.listdir(os.path.join(store, "model"))):
-            engine.load(os.path.join(store, "model", model))
+        # In a process of its own: this one stays what the lean forkserver is, without h5py (a worker that
+        # misses the cache, as with --cold, imports it).
+        models = [os.path.join(store, "model", name) for name in sorted(os.listdir(os.path.join(store, "model")))]
+        code = "import sys; from batchpredict.scoring.engine import load; [load(p) for p in sys.argv[1:]]"
+        subprocess.run([sys.executable, "-c", code, *models], check=True)
         table = Table(table_path)
         since = table.labels[-args.points - 1] if args.points > 1 else None
         params = Params(since=since, std=args.std, alert=args.alert)
