@@ -201,6 +201,8 @@ def test_floats_are_written_as_their_repr_at_every_magnitude():
                              *[np.round(rng.normal(100, 50, 1000), d) for d in range(7)], np.arange(-500, 500.0),
                              rng.normal(0, 100, 5000).astype(np.float32)])
     assert output.reprs(values) == [repr(float(v)) for v in values]
+    for short in (values[:1], values[:31], values[:32], edges):  # repr alone below output._SHORT
+        assert output.reprs(np.asarray(short)) == [repr(float(v)) for v in short]
     assert output.reprs(np.array([])) == []
 
 
