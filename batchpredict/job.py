@@ -20,7 +20,7 @@ class Params:
     points: int = 1            # the last N points of each series (--points)
     since: str | None = None   # or every point after this label (--since); the two exclude each other
     std: str = "store"         # the std of the bands: std.json's, or rolling:N / mad:N of the residuals
-    alert: str = "ensemble"  # the alerting stage's method (alerting.parse), or none; only with several points
+    alert: str = "ensemble"    # the alerting stage's method (alerting.parse), or none; only with several points
 
     @property
     def several(self) -> bool:

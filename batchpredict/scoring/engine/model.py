@@ -1,14 +1,12 @@
 """NumpyModel: a Keras model's forward pass as a chain of numpy layer functions, checked whole at load."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
 from . import activations, cache, keras1
 from .artefact import Artefact
 from .layers import build
-from .recurrent import outputs
+from .recurrent import stepped
 from .spec import Step
 
 
@@ -68,13 +66,7 @@ def _runs(steps: list[Step]) -> list[list[Step]]:
 
 def _in_step(run: list[Step], x: np.ndarray) -> np.ndarray:
     """A run's output: its layers stepped together over the timesteps of x (batch, timesteps, features)."""
-    if x.shape[1] == 0:
-        raise ValueError("an input with no timesteps")
-    flow: Iterator[np.ndarray] = (x[:, t].T for t in range(x.shape[1]))  # (features, batch): recurrent.py
-    for step in run:
-        assert step.over_time is not None
-        flow = step.over_time(flow)
-    return outputs(flow, x.shape[:2], len(run[-1].shape) == 2)
+    return stepped([step.over_time for step in run if step.over_time is not None], x, len(run[-1].shape) == 2)
 
 
 def load(path: str) -> NumpyModel:

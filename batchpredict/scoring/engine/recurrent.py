@@ -50,22 +50,28 @@ def _layer(spec: LayerSpec, shape: Shape, units: int, over_time: OverTime, note:
     backwards, sequences = spec.config.get("go_backwards", False), spec.config.get("return_sequences", False)
 
     def call(x: np.ndarray) -> np.ndarray:
-        if x.shape[1] == 0:
-            raise ValueError(f"{spec}: an input with no timesteps")
-        order = range(x.shape[1] - 1, -1, -1) if backwards else range(x.shape[1])
-        # Going backwards, keras keeps the outputs in the order it computed them.
-        return outputs(over_time(x[:, t].T for t in order), x.shape[:2], sequences)
+        return stepped([over_time], x, sequences, backwards, str(spec))
 
     label = f"{spec.class_name}({units}{', go_backwards' if backwards else ''}{note})"
     return Step(call, (shape[0], units) if sequences else (units,), label, None if backwards else over_time, True)
 
 
-def outputs(flow: Iterator[np.ndarray], batch_steps: tuple[int, int], sequences: bool) -> np.ndarray:
-    """What a layer returns from the outputs `flow` yields, (units, batch) each: (batch, timesteps, units) for
-    a sequence, else the last, (batch, units); copied as they come, since each is overwritten by the next."""
+def stepped(over_times: list[OverTime], x: np.ndarray, sequences: bool, backwards: bool = False, where: str = ""
+            ) -> np.ndarray:
+    """Layers' `over_time`s chained over the timesteps of x (batch, timesteps, features), each timestep passed
+    on as (features, batch): (batch, timesteps, units) for a sequence, else the last output, (batch, units).
+
+    The outputs are copied as they come, since each is overwritten by the next; going backwards, keras keeps
+    them in the order it computed them. `where`: the layer an input without timesteps is named for."""
+    if x.shape[1] == 0:
+        raise ValueError(f"{where + ': ' if where else ''}an input with no timesteps")
+    order = range(x.shape[1] - 1, -1, -1) if backwards else range(x.shape[1])
+    flow: Iterator[np.ndarray] = (x[:, t].T for t in order)
+    for over_time in over_times:
+        flow = over_time(flow)
     if not sequences:
         return np.ascontiguousarray(collections.deque(flow, maxlen=1)[0].T)  # the others dropped as they come
-    batch, steps = batch_steps
+    batch, steps = x.shape[:2]
     stacked: np.ndarray | None = None
     for t, y in enumerate(flow):
         if stacked is None:
