@@ -187,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--alert", default=Params.alert, metavar="METHOD[:key=value,...]",
                          help="the alerting stage with --points/--since: an `alert` column true at most once per "
                               f"event, at its onset, and a `score` in [0, 1] (default {Params.alert}: Numenta's "
-                              "anomaly likelihood on the residuals, a new extreme or a quiet day of the values; "
-                              "likelihood: the first alone; severity: onsets of critical runs; none: off)")
+                              "anomaly likelihood on the residuals; a new extreme, a quiet day or a value new to "
+                              "its hour; likelihood: the first alone; severity: onsets of critical runs; none: off)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     predict.add_argument("--allow-unsealed", action="store_true",
                          help="a store with a manifest.json may hold IPs it does not list (they run unchecked)")

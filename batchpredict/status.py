@@ -31,5 +31,5 @@ class Severity(str, Enum):
 
 
 # What raised an alert (`alert_source` on an alert row), as the codes the alerting stage's columns carry.
-VALUE_RULES = ("extreme", "quiet")  # the ensemble's rules on the observed values
+VALUE_RULES = ("extreme", "quiet", "seasonal")  # the ensemble's rules on the observed values
 RULES = ("", "likelihood", *VALUE_RULES, "severity")

@@ -11,13 +11,17 @@ This is Numenta's anomaly likelihood (Ahmad et al. 2017) on the model's residual
 the short-term mean of the residual score against its long-window distribution: `--alert likelihood`.
 
 The default, `ensemble`, drops a likelihood trigger within `tolerance` points of one a `day` before (a
-job that spikes every night is not news), and adds two rules on the observed values themselves, which catch
+job that spikes every night is not news), and adds three rules on the observed values themselves, which catch
 what a short-window LSTM's residual cannot (its prediction is close to the last value):
 
-    extreme: the value lies beyond the range of the `span` values before it by `extreme` of the range of
-             the `week` before it
-    quiet:   the range of the last `day` values is below the least range of any `day` values in the `week`
-             before, by `quiet` of the week's range (a metric that stopped doing what it does every day)
+    extreme:  the value lies beyond the range of the `span` values before it by `extreme` of the range of
+              the `week` before it, and was not seen at this time of day (the values within `tolerance`
+              points of it, a day, two days, ... a week before, widened by the same margin) on two days
+    quiet:    the range of the last `day` values is below the least range of any `day` values in the `week`
+              before, by `quiet` of the week's range (a metric that stopped doing what it does every day)
+    seasonal: the value lies beyond the range of this time of day on every day of the week before, by
+              `seasonal` of the week's range, in a series that repeats daily (over the week before, its
+              values correlate at least `repeat` with those a day before them): a job at a new hour
 
 Each rule's triggers become onsets (no trigger of the same rule in the `rest` points before), and an alert is
 an onset with no onset of any rule in the `rest` points before it; `alert_source` names the rule.
@@ -57,6 +61,8 @@ class Method:
     span: int = 576          # ensemble: the values a new extreme is judged against (2 days)
     tolerance: int = 12      # ensemble: a likelihood trigger this near one a `day` before is a daily event (1 hour)
     quiet: float = 0.1       # ensemble: how far below the week's least daily range, in the week's range
+    seasonal: float = 0.2    # ensemble: how far beyond this time of day's range over the week, in the week's range
+    repeat: float = 0.2      # ensemble: the least correlation with the day before for the seasonal rule to judge
     day: int = 288           # ensemble: the values whose range is a day's
     week: int = 2016         # ensemble: the values the least daily range is taken over
 
@@ -83,10 +89,14 @@ class Method:
 
 ENSEMBLE = "ensemble"
 _LIKELIHOOD = ("window", "average", "centre", "rest", "threshold", "floor")
-_KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "day", "week"), "likelihood": _LIKELIHOOD,
+_KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "seasonal", "repeat", "day", "week"),
+         "likelihood": _LIKELIHOOD,
          "severity": ("rest",)}
 # The ensemble's likelihood pages at a tail of 10^-6.5: its other rules catch what a lower threshold did.
 _DEFAULTS: dict[str, dict[str, Any]] = {ENSEMBLE: {"threshold": 0.65}}
+_UNIT = ("threshold", "repeat")  # a score and a correlation: at most 1
+# A value seen at this time of day on this many days of the week before is a habit, not a new extreme.
+_HABIT = 2
 
 
 def parse(text: str) -> Method | None:
@@ -107,10 +117,10 @@ def parse(text: str) -> Method | None:
         except ValueError:
             number = math.nan
         whole = types[key] == "int"
-        if not (number > 0 and math.isfinite(number)) or (whole and number != int(number)) or (
-                key == "threshold" and number > 1):
+        unit = key in _UNIT
+        if not (number > 0 and math.isfinite(number)) or (whole and number != int(number)) or (unit and number > 1):
             raise ValueError(f"--alert {name}: {key} must be a {'whole number >= 1' if whole else 'number > 0'}"
-                             f"{' and <= 1' if key == 'threshold' else ''}, not {value!r}")
+                             f"{' and <= 1' if unit else ''}, not {value!r}")
         values[key] = int(number) if whole else number
     method = Method(name=name, **values)
     if name == ENSEMBLE and not method.tolerance < method.day < method.week:
@@ -140,9 +150,9 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     if observed is None:
         raise ValueError("the ensemble's value rules need the observed values")
     values = np.asarray(observed, dtype=float)
-    week = _week(values, method)
-    for name, fired in zip(VALUE_RULES, (extremes(values, method, week), quiet_days(values, method, week)),
-                           strict=True):
+    week, days = _week(values, method), _days(values, method)
+    for name, fired in zip(VALUE_RULES, (extremes(values, method, week, days), quiet_days(values, method, week),
+                                         seasonal(values, method, week, days)), strict=True):
         fired = onsets(fired, method.rest)[len(values) - n:]
         rule = np.where((rule == 0) & fired, RULES.index(name), rule)
     alert = onsets(rule > 0, method.rest)
@@ -165,14 +175,32 @@ def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method
     return trigger & ~(seen[high] > seen[low])
 
 
-def extremes(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """Values beyond the range of the `span` values before them by `extreme` of the `week`'s range: relative
-    to the week, so a small bump after two flat days is not new. `week`: _week(values, method), if at hand."""
+def extremes(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None,
+             days: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Values beyond the range of the `span` values before them by `extreme` of the `week`'s range (relative
+    to the week, so a small bump after two flat days is not new), unless within this time of day's range,
+    widened by as much, on `_HABIT` days of the week before: a nightly spike a little higher than the last
+    two is not news. `week`, `days`: _week() and _days() of the values, if at hand."""
     high, low, count = _range_before(values, method.span)
     width, _ = week or _week(values, method)
+    top, bottom = days or _days(values, method)
+    margin = method.extreme * width
     with np.errstate(invalid="ignore"):
-        beyond = np.maximum(values - high, low - values) > method.extreme * width
-    return beyond & (high > low) & (count >= max(2, method.span // 4))
+        beyond = np.maximum(values - high, low - values) > margin
+        habit = ((values <= top + margin) & (values >= bottom - margin)).sum(axis=0) >= _HABIT
+    return beyond & ~habit & (high > low) & (count >= max(2, method.span // 4))
+
+
+def seasonal(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None,
+             days: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Values beyond the range of this time of day on every day of the week before them, by `seasonal` of the
+    week's range, where the week correlates at least `repeat` with the day before it: in a series with a daily
+    rhythm, a job at an hour it never ran. A bursty series (jobs at any hour) correlates too little to judge."""
+    top, bottom = days or _days(values, method)
+    width, _ = week or _week(values, method)
+    with np.errstate(invalid="ignore"):
+        beyond = np.maximum(values - top.max(axis=0), bottom.min(axis=0) - values) > method.seasonal * width
+        return beyond & (_daily_correlation(values, method) >= method.repeat)
 
 
 def quiet_days(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
@@ -198,6 +226,34 @@ def _week(values: np.ndarray, method: Method) -> tuple[np.ndarray, np.ndarray]:
     """Per point, the range of the `week` values before it, and how many there were: both rules' scale."""
     high, low, count = _range_before(values, method.week)
     return high - low, count
+
+
+def _days(values: np.ndarray, method: Method) -> tuple[np.ndarray, np.ndarray]:
+    """Per day d = 1 .. week // day before each point (rows) and per point (columns): the max and the min of the
+    values within `tolerance` points of the same time d days before; NaN where those are not all in the series."""
+    n, span = len(values), 2 * method.tolerance + 1
+    high, low, _ = _range_before(np.append(values, 0.0), span)  # at j + 1: over the span values ending at j
+    back = np.arange(1, method.week // method.day + 1)[:, None] * method.day
+    end = np.arange(n) - back + method.tolerance + 1  # as tolerance < day, before the point
+    whole = end >= span
+    end = np.clip(end, 0, n)
+    return np.where(whole, high[end], np.nan), np.where(whole, low[end], np.nan)
+
+
+def _daily_correlation(values: np.ndarray, method: Method) -> np.ndarray:
+    """Per point, the correlation of the values in the `week` before it with those a `day` before each; NaN
+    until the week is all there."""
+    day, count = method.day, method.week - method.day
+    centred = values - (values.mean() if len(values) else 0.0)  # the sums' rounding, for values far from zero
+    # Pair k: the value at k + day and the one a day before it; a point t judges pairs t - week .. t - day - 1.
+    later, earlier = (np.append(a, 0.0) for a in (centred[day:], centred[:max(len(values) - day, 0)]))
+    mean_later, std_later, taken = _stats_before(later, count)
+    mean_earlier, std_earlier, _ = _stats_before(earlier, count)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        correlation = (_stats_before(later * earlier, count)[0] - mean_later * mean_earlier) / (
+            std_later * std_earlier)
+    correlation = np.where(taken == count, correlation, np.nan)
+    return np.concatenate([np.full(min(day, len(values)), np.nan), correlation[:max(len(values) - day, 0)]])
 
 
 def _range_before(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,8 +1,9 @@
 """The alerting stage on synthetic series: onsets only, a floor under the scale, causality, the fallback, and
-the ensemble's value rules (a new extreme, a quiet day)."""
+the ensemble's value rules (a new extreme, a quiet day, a job at a new hour)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from batchpredict.job import Params
 
 from batchpredict.scoring import alerting
-from batchpredict.scoring.alerting import Method, alerts, extremes, onsets, parse, quiet_days
+from batchpredict.scoring.alerting import Method, alerts, extremes, onsets, parse, quiet_days, seasonal
 from batchpredict.status import RULES
 
 DEFAULT = parse("likelihood")
@@ -34,7 +35,7 @@ def test_the_default_and_its_parameters():
     assert HISTORY == 288 + 576 + 96
     ensemble = parse("ensemble")
     assert ensemble.spec() == ("ensemble:window=576,average=3,centre=288,rest=96,threshold=0.65,floor=0.5,"
-                               "tolerance=12,extreme=0.05,span=576,quiet=0.1,day=288,week=2016")
+                               "tolerance=12,extreme=0.05,span=576,quiet=0.1,seasonal=0.2,repeat=0.2,day=288,week=2016")
     assert parse(ensemble.spec()) == ensemble and Params().alert == "ensemble"
     assert ensemble.history() == 288 + 576 + 288 + 12 + 2 * 96 and ensemble.value_history() == 2016 + 288 + 2 * 96
 
@@ -43,7 +44,7 @@ def test_the_default_and_its_parameters():
                                   "likelihood:threshold=1.5", "likelihood:threshold=nan", "likelihood:bogus=1",
                                   "severity:window=3", "likelihood:rest", "likelihood:extreme=0.1",
                                   "ensemble:week=0", "ensemble:quiet=-1", "ensemble:day=2016",
-                                  "ensemble:tolerance=288"])
+                                  "ensemble:tolerance=288", "ensemble:repeat=1.5"])
 def test_bad_methods_say_what_is_accepted(text):
     with pytest.raises(ValueError, match="--alert"):
         parse(text)
@@ -182,6 +183,46 @@ def test_a_daily_rhythm_that_stops_alerts_once_a_day_later():
     assert RULES[rule[onset]] == "quiet" and onset == last_job + ENSEMBLE.day  # the first day without a job
 
 
+def test_a_job_at_a_new_hour_alerts_once_where_the_series_repeats_daily():
+    values = daily(12)
+    values[3080:3092] = 1.0  # day 10's second job, 100 points after its usual hour: as high as any job
+    assert not extremes(values, ENSEMBLE)[3080:3092].any()  # the last two days held jobs as high
+    alert, rule = ensemble(values)
+    assert alert.nonzero()[0].tolist() == [3080] and RULES[rule[3080]] == "seasonal"
+
+
+def test_the_daily_correlation_is_the_weeks_with_the_day_before():
+    values = daily(12) + np.linspace(0.0, 1e6, 12 * 288)  # a trend far from zero: the sums keep their digits
+    day, week = ENSEMBLE.day, ENSEMBLE.week
+    correlation = alerting._daily_correlation(values, ENSEMBLE)
+    for t in (week, 2500, len(values) - 1):
+        expected = np.corrcoef(values[t - week + day:t], values[t - week:t - day])[0, 1]
+        assert correlation[t] == pytest.approx(expected, rel=1e-9)
+    assert np.isnan(correlation[:week]).all()
+
+
+def test_a_bursty_series_is_not_judged_by_the_hour():
+    """Jobs at a random hour each day: every job is at a new hour, and the series correlates too little with the
+    day before for the seasonal rule to judge it."""
+    rng = np.random.default_rng(3)
+    values = rng.uniform(0.09, 0.11, 12 * 288)
+    for d in range(12):
+        at = d * 288 + int(rng.integers(0, 276))
+        values[at:at + 12] = rng.uniform(0.97, 1.03, 12)
+    assert seasonal(values, replace(ENSEMBLE, repeat=-1.0)).any()
+    assert not seasonal(values, ENSEMBLE).any()
+
+
+def test_a_nightly_job_back_to_its_height_after_two_small_nights_is_no_new_extreme():
+    values = daily(12)
+    small = slice(8 * 288, 10 * 288)
+    values[small] = np.minimum(values[small], 0.5)  # two nights' jobs at half height
+    habitless = extremes(values, replace(ENSEMBLE, week=2 * ENSEMBLE.day))  # only yesterday and the day before
+    assert habitless[10 * 288:11 * 288].any()  # beyond the last two days' range...
+    alert, _ = ensemble(values)
+    assert not alert[10 * 288:11 * 288].any()  # ...but seen at this hour on the days before them
+
+
 def test_a_flat_or_steady_series_never_alerts():
     assert not ensemble(np.full(5000, 3.0))[0].any()
     assert not ensemble(daily(16, seed=7))[0].any()
@@ -200,11 +241,12 @@ def test_an_ensemble_point_depends_only_on_its_history():
     """Values from `value_history()` points back and residuals from `history()` back give the same alerts."""
     values = daily(16, seed=10)
     values[3100:3110] = 1.6
+    values[3500:3512] = 1.0  # a job at a new hour
     values[4000:] = 0.1
     residuals = noise(len(values), seed=11) * 0.01
     residuals[2900:2903] += 0.6
     whole = ensemble(values, residuals)
-    assert {RULES[r] for r in whole[1][whole[0]]} == {"likelihood", "extreme", "quiet"}
+    assert {RULES[r] for r in whole[1][whole[0]]} == {"likelihood", "extreme", "quiet", "seasonal"}
     reach, history = ENSEMBLE.value_history(), ENSEMBLE.history()
     for start in (2600, 2700, 2800):
         part = ensemble(values[start - reach:], residuals[start - history:])
