@@ -186,9 +186,11 @@ def extremes(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndar
     top, bottom = days or _days(values, method)
     margin = method.extreme * width
     with np.errstate(invalid="ignore"):
-        beyond = np.maximum(values - high, low - values) > margin
-        habit = ((values <= top + margin) & (values >= bottom - margin)).sum(axis=0) >= _HABIT
-    return beyond & ~habit & (high > low) & (count >= max(2, method.span // 4))
+        new = (np.maximum(values - high, low - values) > margin) & (high > low) & (count >= max(2, method.span // 4))
+        at = np.flatnonzero(new)  # few: the habit is counted there only
+        seen = (values[at] <= top[:, at] + margin[at]) & (values[at] >= bottom[:, at] - margin[at])
+    new[at[seen.sum(axis=0) >= _HABIT]] = False
+    return new
 
 
 def seasonal(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None,
@@ -200,7 +202,7 @@ def seasonal(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndar
     width, _ = week or _week(values, method)
     with np.errstate(invalid="ignore"):
         beyond = np.maximum(values - top.max(axis=0), bottom.min(axis=0) - values) > method.seasonal * width
-        return beyond & (_daily_correlation(values, method) >= method.repeat)
+        return beyond & (_daily_correlation(values, method) >= method.repeat) if beyond.any() else beyond
 
 
 def quiet_days(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
