@@ -34,6 +34,7 @@ and its source says `severity`. The value rules need a quarter of their windows.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import Any
@@ -150,9 +151,9 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     if observed is None:
         raise ValueError("the ensemble's value rules need the observed values")
     values = np.asarray(observed, dtype=float)
-    week, days = _week(values, method), _days(values, method)
-    for name, fired in zip(VALUE_RULES, (extremes(values, method, week, days), quiet_days(values, method, week),
-                                         seasonal(values, method, week, days)), strict=True):
+    shared = Shared(values, method)
+    for name, fired in zip(VALUE_RULES, (extremes(values, method, shared), quiet_days(values, method, shared),
+                                         seasonal(values, method, shared)), strict=True):
         fired = onsets(fired, method.rest)[len(values) - n:]
         rule = np.where((rule == 0) & fired, RULES.index(name), rule)
     alert = onsets(rule > 0, method.rest)
@@ -175,15 +176,15 @@ def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method
     return trigger & ~(seen[high] > seen[low])
 
 
-def extremes(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None,
-             days: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def extremes(values: np.ndarray, method: Method, shared: Shared | None = None) -> np.ndarray:
     """Values beyond the range of the `span` values before them by `extreme` of the `week`'s range (relative
     to the week, so a small bump after two flat days is not new), unless within this time of day's range,
     widened by as much, on `_HABIT` days of the week before: a nightly spike a little higher than the last
-    two is not news. `week`, `days`: _week() and _days() of the values, if at hand."""
-    high, low, count = _range_before(values, method.span)
-    width, _ = week or _week(values, method)
-    top, bottom = days or _days(values, method)
+    two is not news. `shared`: Shared(values, method), if at hand."""
+    shared = shared or Shared(values, method)
+    high, low, count = shared.before(method.span)
+    width, _ = shared.week
+    top, bottom = shared.days
     margin = method.extreme * width
     with np.errstate(invalid="ignore"):
         new = (np.maximum(values - high, low - values) > margin) & (high > low) & (count >= max(2, method.span // 4))
@@ -193,53 +194,77 @@ def extremes(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndar
     return new
 
 
-def seasonal(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None,
-             days: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def seasonal(values: np.ndarray, method: Method, shared: Shared | None = None) -> np.ndarray:
     """Values beyond the range of this time of day on every day of the week before them, by `seasonal` of the
     week's range, where the week correlates at least `repeat` with the day before it: in a series with a daily
     rhythm, a job at an hour it never ran. A bursty series (jobs at any hour) correlates too little to judge."""
-    top, bottom = days or _days(values, method)
-    width, _ = week or _week(values, method)
+    shared = shared or Shared(values, method)
+    top, bottom = shared.days
+    width, _ = shared.week
     with np.errstate(invalid="ignore"):
         beyond = np.maximum(values - top.max(axis=0), bottom.min(axis=0) - values) > method.seasonal * width
         return beyond & (_daily_correlation(values, method) >= method.repeat) if beyond.any() else beyond
 
 
-def quiet_days(values: np.ndarray, method: Method, week: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def quiet_days(values: np.ndarray, method: Method, shared: Shared | None = None) -> np.ndarray:
     """Points whose last `day` values span less than any `day` values ending in the `week` before (and at
     least a day before), by `quiet` of the week's range: a daily rhythm that stopped."""
+    shared = shared or Shared(values, method)
     day, others = method.day, method.week - method.day
-    high, low, count = _range_before(np.append(values, 0.0), day)
-    days = np.where(count == day, high - low, np.nan)[1:]  # the range of the day ending at each point
+    index = np.arange(len(values))
+    start = index + 1 - day
+    high, low = shared.over(np.maximum(start, 0), index + 1)
+    days = np.where(start >= 0, high - low, np.nan)  # the range of the day ending at each point
     full = np.isfinite(days)
     least = _before(np.where(full, days, np.inf), others, np.minimum)  # over the days ending before
     shift = min(day - 1, len(days))  # ... those ending at t - week + 1 .. t - day, for point t
     least = np.concatenate([np.full(shift, np.nan), least[:len(days) - shift]])
     seen = np.concatenate([[0], np.cumsum(full)])
-    index = np.arange(len(days))
     counted = seen[np.maximum(index - day + 1, 0)] - seen[np.maximum(index - method.week + 1, 0)]
-    width, count = week or _week(values, method)
+    width, count = shared.week
     with np.errstate(invalid="ignore"):
         below = days < least - method.quiet * width
     return below & (counted >= max(1, others // 4)) & (count >= method.week // 4)
 
 
-def _week(values: np.ndarray, method: Method) -> tuple[np.ndarray, np.ndarray]:
-    """Per point, the range of the `week` values before it, and how many there were: both rules' scale."""
-    high, low, count = _range_before(values, method.week)
-    return high - low, count
+class Shared:
+    """What the value rules read of one series, each computed once for all of them: the max and the min of any
+    run of up to max(`week`, `span`) values in two lookups each, from one sparse table per reduction."""
 
+    def __init__(self, values: np.ndarray, method: Method) -> None:
+        self._method, self._n = method, len(values)
+        longest = max(method.week, method.span)
+        self._tables = [(reduce, _table(values, reduce, longest)) for reduce in (np.maximum, np.minimum)]
 
-def _days(values: np.ndarray, method: Method) -> tuple[np.ndarray, np.ndarray]:
-    """Per day d = 1 .. week // day before each point (rows) and per point (columns): the max and the min of the
-    values within `tolerance` points of the same time d days before; NaN where those are not all in the series."""
-    n, span = len(values), 2 * method.tolerance + 1
-    high, low, _ = _range_before(np.append(values, 0.0), span)  # at j + 1: over the span values ending at j
-    back = np.arange(1, method.week // method.day + 1)[:, None] * method.day
-    end = np.arange(n) - back + method.tolerance + 1  # as tolerance < day, before the point
-    whole = end >= span
-    end = np.clip(end, 0, n)
-    return np.where(whole, high[end], np.nan), np.where(whole, low[end], np.nan)
+    def over(self, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The max and the min of values[start:stop], element by element; NaN where that is empty."""
+        high, low = (_lookup(table, reduce, start, stop) for reduce, table in self._tables)
+        return high, low
+
+    def before(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per point, the max and the min of up to `count` values before it (NaN where none), and how many."""
+        index = np.arange(self._n)
+        start = np.maximum(index - count, 0)
+        return *self.over(start, index), index - start
+
+    @functools.cached_property
+    def week(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per point, the range of the `week` values before it, and how many there were: every rule's scale."""
+        high, low, count = self.before(self._method.week)
+        return high - low, count
+
+    @functools.cached_property
+    def days(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per day d = 1 .. week // day before each point (rows) and per point (columns): the max and the min of
+        the values within `tolerance` points of the same time d days before; NaN where not all are in the series."""
+        method = self._method
+        index, span = np.arange(self._n), 2 * method.tolerance + 1
+        high, low = self.over(np.maximum(index + 1 - span, 0), index + 1)  # of the `span` values ending at each
+        back = np.arange(1, method.week // method.day + 1)[:, None] * method.day
+        end = index - back + method.tolerance  # as tolerance < day, before the point
+        whole = end + 1 >= span
+        end = np.clip(end, 0, None)
+        return np.where(whole, high[end], np.nan), np.where(whole, low[end], np.nan)
 
 
 def _daily_correlation(values: np.ndarray, method: Method) -> np.ndarray:
@@ -258,26 +283,29 @@ def _daily_correlation(values: np.ndarray, method: Method) -> np.ndarray:
     return np.concatenate([np.full(min(day, len(values)), np.nan), correlation[:max(len(values) - day, 0)]])
 
 
-def _range_before(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per point, the max and the min of up to `count` values before it (NaN where none), and how many."""
-    index = np.arange(len(values))
-    return _before(values, count, np.maximum), _before(values, count, np.minimum), index - np.maximum(index - count, 0)
-
-
 def _before(values: np.ndarray, count: int, reduce: Any) -> np.ndarray:
-    """Per point, `reduce` (np.maximum or np.minimum) over up to `count` values before it; NaN where there are
-    none. A sparse table: level j holds each run of 2^j values from its index, and a window is two runs."""
-    n = len(values)
-    index = np.arange(n)
-    start = np.maximum(index - count, 0)
-    taken = index - start
+    """Per point, `reduce` (np.maximum or np.minimum) over up to `count` values before it; NaN where none."""
+    index = np.arange(len(values))
+    return _lookup(_table(values, reduce, count), reduce, np.maximum(index - count, 0), index)
+
+
+def _table(values: np.ndarray, reduce: Any, longest: int) -> np.ndarray:
+    """A sparse table of `reduce` over the values: level j holds each run of 2^j values from its index, up to
+    the longest run asked for (and the values' length)."""
     levels = [np.asarray(values, dtype=float)]
-    while 2 ** len(levels) <= min(count, max(n - 1, 1)):  # no window is longer than either
+    while 2 ** len(levels) <= min(longest, len(values)):
         size, last = 2 ** (len(levels) - 1), levels[-1]
         levels.append(reduce(last, np.concatenate([last[size:], last[-size:]])))
+    return np.stack(levels)
+
+
+def _lookup(table: np.ndarray, reduce: Any, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """`reduce` over values[start:stop] from their _table: two runs that cover it; NaN where it is empty."""
+    taken = stop - start
     k = np.floor(np.log2(np.maximum(taken, 1))).astype(int)
-    table = np.stack(levels)
-    return np.where(taken > 0, reduce(table[k, start], table[k, np.maximum(index - 2 ** k, 0)]), np.nan)
+    last = max(table.shape[1] - 1, 0)
+    return np.where(taken > 0, reduce(table[k, np.minimum(start, last)], table[k, np.maximum(stop - 2 ** k, 0)]),
+                    np.nan)
 
 
 def likelihood_z(residuals: np.ndarray, store_std: float, method: Method) -> tuple[np.ndarray, np.ndarray]:
