@@ -66,7 +66,9 @@ def _runs(steps: list[Step]) -> list[list[Step]]:
 
 def _in_step(run: list[Step], x: np.ndarray) -> np.ndarray:
     """A run's output: its layers stepped together over the timesteps of x (batch, timesteps, features)."""
-    return stepped([step.over_time for step in run if step.over_time is not None], x, len(run[-1].shape) == 2)
+    over_times = [step.over_time for step in run if step.over_time is not None]
+    assert len(over_times) == len(run)  # _runs takes only layers that step over time
+    return stepped(over_times, x, len(run[-1].shape) == 2)
 
 
 def load(path: str) -> NumpyModel:
