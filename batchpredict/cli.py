@@ -318,7 +318,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .commands.evaluation.comparison import evaluate, format_table, write
+    from .commands.evaluation.evaluate import evaluate, format_table, write
 
     sweep = args.sweep
     if sweep == []:

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .status import RULES, VALUE_RULES, Severity, Status
+from .rules import RULES, VALUE_RULES
+from .status import Severity, Status
 
 SEVERITIES = list(Severity)  # a severity code (Points.severity) is its index here
 

@@ -29,7 +29,3 @@ class Severity(str, Enum):
     WARNING = "warning"
     CRITICAL = "critical"
 
-
-# What raised an alert (`alert_source` on an alert row), as the codes the alerting stage's columns carry.
-VALUE_RULES = ("extreme", "quiet", "seasonal")  # the ensemble's rules on the observed values
-RULES = ("", "likelihood", *VALUE_RULES, "severity")

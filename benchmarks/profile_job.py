@@ -71,7 +71,7 @@ def instrument() -> None:
         return model
 
     scalers.read_untrusted = scaler(scalers.read_untrusted)
-    scalers.load_scaler = scaler(scalers.load_scaler)
+    scalers.read_scaler = scaler(scalers.read_scaler)
     original_load = prediction.load_model
     prediction.load_model = model_reader
     prediction.scored_windows = timed("windows", prediction.scored_windows)

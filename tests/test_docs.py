@@ -32,6 +32,7 @@ import operator
 import re
 import shlex
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -227,8 +228,26 @@ def test_design_lists_every_module_and_the_contracts():
     missing = {f"batchpredict/{m}" for m in modules if m not in listed and m.split("/")[-1] not in listed} - {
         "batchpredict/__init__"}
     assert missing == set(), "not in design.md §6's module table"
-    contracts = re.findall(r'^name = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
-    assert contracts and [c for c in contracts if c not in section] == []
+
+
+def test_design_states_each_contract_as_pyproject_holds_it():
+    """§6's contract table says each import-linter contract of pyproject.toml entry by entry: a layers
+    contract's layers in order, a forbidden one's source and forbidden modules."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    section = design[design.index("## 6. Architecture"):design.index("## 7.")]
+    rows = dict(re.findall(r"^\| ([^|`][^|]*?) \| (.+) \|$", section, re.MULTILINE))
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert contracts
+    for contract in contracts:
+        said = rows.get(contract["name"])
+        assert said is not None, f"contract {contract['name']!r} not in design.md §6"
+        if contract["type"] == "layers":
+            layers = [re.sub(r"\s*\|\s*", " \\| ", layer) for layer in contract["layers"]]
+            assert said == "; ".join(f"`{layer}`" for layer in layers), contract["name"]
+        else:
+            quoted = set(re.findall(r"`([\w.]+)`", said))
+            named = {m.removeprefix("batchpredict.") for m in contract["source_modules"]}
+            assert named | set(contract["forbidden_modules"]) == quoted, contract["name"]
 
 
 # -------------------------------------------------------------------------------------- the command line

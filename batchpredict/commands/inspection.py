@@ -123,18 +123,18 @@ def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
         return
     path = os.path.join(task.store, task.scaler)
     if not task.trust:
-        result.scaler = scalers.read_untrusted(path).note.split(": ", 1)[1]
+        result.scaler = scalers.read_untrusted(path).kind
         return
     if not extras.installed():  # joblib is not there to read it: the lean reader is all there is
         try:
-            result.scaler = scalers.load_scaler(path).note.split(": ", 1)[1]
+            result.scaler = scalers.read_scaler(path).kind
         except Unsupported as exc:
             result.pool = "tensorflow (not installed)"
             raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(str(exc))) from None
         return
-    result.scaler = load_scaler(path).note.split(": ", 1)[1]
+    result.scaler = load_scaler(path).kind
     try:
-        scalers.load_scaler(path)
+        scalers.read_scaler(path)
     except Unsupported as exc:
         result.pool = f"tensorflow ({exc})"
 

@@ -21,8 +21,8 @@ import pandas as pd
 from ..errors import JobError, UsageError
 from ..io.files import write_atomic
 from ..io.output import events
+from ..io.readers import read_text_csv
 from ..io.table import read_table
-from ..io.tablefile import read_text_csv
 from ..job import Params
 from ..result import Severity, Status
 from ..scoring.features import rolling_series

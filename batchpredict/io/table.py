@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from .tablefile import CsvFile, TableFile, integer_groups, open_table_file, text_numbers
+from .readers import CsvFile, TableFile, integer_groups, open_table_file, text_numbers
 
 LONG_COLUMNS = (("ip", "timestamp", "value"), ("unique_id", "ds", "y"))
 LAYOUTS = ("wide", "long")
@@ -180,7 +180,7 @@ class LongPoints:
         order = np.lexsort((rank, group))  # stable: equal timestamps keep the table's order
         starts = np.flatnonzero(np.diff(group[order], prepend=-1))
         ends = np.append(starts[1:], len(order))
-        # Parquet's numbers are typed; CSV's text may read otherwise as a series (tablefile.integer_groups).
+        # Parquet's numbers are typed; CSV's text may read otherwise as a series (readers.integer_groups).
         exact = (_series_cells(file, order, starts, ends, integer_groups(group, values, len(names)))
                  if isinstance(file, CsvFile) else {})
         chunk = []

@@ -184,7 +184,7 @@ class LocalExecutor:
                     yield cast(Answer, supervisor.take())  # the handler's own, or task.failed()'s
         finally:
             supervisor.stop()
-        supervisor.check()
+        supervisor.raise_late()
 
     def _hand(self, source: Iterator | None, supervisor: _Supervisor) -> tuple[Iterator | None, bool]:
         """Pull tasks and hand them over a batch of K at a time, until the supervisor holds `ahead` of them
@@ -291,7 +291,7 @@ class _Supervisor:
         os.close(self._wake_w)
         self._stderr_dir.cleanup()
 
-    def check(self) -> None:
+    def raise_late(self) -> None:
         """Raise what the thread raised after the last outcome was taken (while it shut down)."""
         while not self._outbox.empty():
             item = self._outbox.get_nowait()
@@ -344,7 +344,7 @@ class _Supervisor:
                     self._asked.add(pool)
                     self._outbox.put(_Launch(pool))
                 break
-            self._start(self._take())
+            self._start(self._next_batch())
         self._deliver()
         # Set before the inbox's last look, so a batch handed meanwhile either is seen here or wakes the poll.
         self._hungry = not self._pending and len(self._running) < self.executor.workers
@@ -358,7 +358,7 @@ class _Supervisor:
                 os.read(self._wake_r, 4096)
         for key, worker in list(self._running.items()):
             self._collect(worker, found)
-            verdict = self._check(worker, found)
+            verdict = self._verdict(worker, found)
             if verdict is not None:
                 del self._running[key]
                 self._finish(worker, *verdict)
@@ -396,7 +396,7 @@ class _Supervisor:
                 self._kill(process)
             self._departing.remove(entry)
 
-    def _take(self) -> list:
+    def _next_batch(self) -> list:
         """The next batch: up to K tasks in a row that run in the same pool."""
         pending = self._pending
         pool = _pool(pending[0][0])
@@ -434,7 +434,7 @@ class _Supervisor:
             else:
                 self._emit(self._stamp(outcome, attempts, worker))
 
-    def _check(self, worker: _Worker, found: list) -> tuple[Status, str] | None:
+    def _verdict(self, worker: _Worker, found: list) -> tuple[Status, str] | None:
         """The verdict on a worker that has to go, or None while it may go on."""
         if not worker.batch:
             # Every task answered: the worker exits on its own while the next one starts.

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..status import RULES, VALUE_RULES
+from ..rules import RULES, VALUE_RULES
 
 NONE = "none"
 

@@ -1,6 +1,6 @@
 """Turns any model artefact of the store (docs/design.md §1) into a predict function, in the worker process.
 
-Two engines compute the forward pass. `numpy` (batchpredict.engine) reads the config and weights
+Two engines compute the forward pass. `numpy` (batchpredict.scoring.engine) reads the config and weights
 of an HDF5 or `.keras` file and needs no TensorFlow; `auto` takes it wherever it supports the
 model. `keras` chooses the runtime from the file itself, never from its name: Keras 2 files (HDF5
 or `.keras` whose `keras_version` is 2.x, or HDF5 without one) go to `tf_keras`, the Keras 2
@@ -51,7 +51,12 @@ class LoadedModel:
 @dataclass
 class LoadedScaler:
     scaler: Any
-    note: str  # its class and the scikit-learn version that pickled it, for the debug log
+    name: str  # the file's name
+    kind: str  # its class and the scikit-learn version that pickled it, for the debug log and store check
+
+    @property
+    def note(self) -> str:
+        return f"scaler {self.name}: {self.kind}"
 
     def transform(self, column: np.ndarray) -> np.ndarray:
         with _feature_names_quiet():
@@ -314,11 +319,11 @@ def load_scaler(path: str) -> LoadedScaler:
         pickled = sorted({w.message.original_sklearn_version for w in caught
                           if isinstance(w.message, InconsistentVersionWarning)})
         kind = type(scaler).__name__
-        note = (f"{kind} pickled with scikit-learn {', '.join(pickled)} (running {sklearn.__version__})"
-                if pickled else f"{kind} pickled with scikit-learn {sklearn.__version__}")
+        described = (f"{kind} pickled with scikit-learn {', '.join(pickled)} (running {sklearn.__version__})"
+                     if pickled else f"{kind} pickled with scikit-learn {sklearn.__version__}")
     else:
-        note = f"{type(scaler).__module__}.{type(scaler).__name__} (not a scikit-learn estimator)"
-    return LoadedScaler(scaler, f"scaler {name}: {note}")
+        described = f"{type(scaler).__module__}.{type(scaler).__name__} (not a scikit-learn estimator)"
+    return LoadedScaler(scaler, name, described)
 
 
 @contextlib.contextmanager

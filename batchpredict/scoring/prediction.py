@@ -37,14 +37,20 @@ def run_job(job: Job) -> Result:
     return result
 
 
+def _scaler(path: str, trust: bool) -> scalers.LeanScaler | loading.LoadedScaler:
+    """The IP's scaler. joblib, which runs whatever a pickle holds, only for a trusted store and only in the
+    TensorFlow pool."""
+    if not trust:
+        return scalers.read_untrusted(path)
+    return scalers.read_scaler(path) if LEAN else loading.load_scaler(path)
+
+
 def _score(job: Job, result: Result) -> None:
     params = job.params
     result.debug += [f"{note}; run in the TensorFlow pool" for note in job.notes]
     if job.sealed:  # before anything of the IP's is read
         manifest.check(job.store, job.sealed, job.model, job.scaler, job.std)
-    path = os.path.join(job.store, job.scaler)
-    # joblib, which runs whatever a pickle holds, only for a trusted store and only in the TensorFlow pool.
-    scaler = (scalers.load_scaler if LEAN else loading.load_scaler)(path) if job.trust else scalers.read_untrusted(path)
+    scaler = _scaler(os.path.join(job.store, job.scaler), job.trust)
     result.debug.append(f"{job.ip}: {scaler.note}")
     model = load_model(os.path.join(job.store, job.model), job.engine, lean=LEAN, trust=job.trust)
     result.engine = model.engine

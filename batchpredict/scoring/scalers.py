@@ -307,7 +307,12 @@ class LeanScaler:
     """loading.LoadedScaler without scikit-learn: the same calls, equal float64 results."""
 
     model: _Scaler | Pipeline
-    note: str  # its class and the scikit-learn version that pickled it, for the debug log
+    name: str  # the file's name
+    kind: str  # its class and the scikit-learn version that pickled it, for the debug log and store check
+
+    @property
+    def note(self) -> str:
+        return f"scaler {self.name}: {self.kind}"
 
     def transform(self, column: np.ndarray) -> np.ndarray:
         return np.asarray(self.model.transform(column.reshape(-1, 1)), dtype=float)
@@ -317,14 +322,14 @@ class LeanScaler:
 
 
 def read_untrusted(path: str) -> LeanScaler:
-    """load_scaler for a store nobody vouched for (no --trust-store): what it cannot read is a load_error."""
+    """read_scaler for a store nobody vouched for (no --trust-store): what it cannot read is a load_error."""
     try:
-        return load_scaler(path)
+        return read_scaler(path)
     except Unsupported as exc:
         raise JobError(Status.LOAD_ERROR, f"{exc}; read it only with --trust-store") from None
 
 
-def load_scaler(path: str) -> LeanScaler:
+def read_scaler(path: str) -> LeanScaler:
     """The scaler in `path` (a joblib or pickle file); Unsupported, saying why, when it is not one read here."""
     name = os.path.basename(path)
     try:
@@ -335,5 +340,5 @@ def load_scaler(path: str) -> LeanScaler:
         raise Unsupported(f"scaler {name}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a damaged file raises anything; the full path names it properly
         raise Unsupported(f"scaler {name}: not read without scikit-learn ({first_line(exc)})") from None
-    return LeanScaler(model, f"scaler {name}: {model.label} pickled with scikit-learn "
-                             f"{', '.join(sorted(model.versions))}, read without scikit-learn")
+    return LeanScaler(model, name, f"{model.label} pickled with scikit-learn {', '.join(sorted(model.versions))}, "
+                                   "read without scikit-learn")

@@ -13,7 +13,7 @@ from conftest import BASE_IPS, check_against_numpy, read_out, series_for, weight
 
 from batchpredict import Params, RunOptions, UsageError, predict_table
 from batchpredict.commands.predict import Plan
-from batchpredict.io import output, tablefile
+from batchpredict.io import output, readers
 from batchpredict.io.output import Rows
 from batchpredict.io.store import Store
 from batchpredict.io.table import Table
@@ -93,7 +93,7 @@ def test_a_worker_reusing_one_architecture_predicts_as_fresh_workers_do(tmp_path
 
 
 def test_jobs_start_before_the_table_is_read(base_store, tmp_path, monkeypatch):
-    monkeypatch.setattr(tablefile, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(readers, "CHUNK_ROWS", 2)
     path = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
     with open(path, "a") as fh:
         fh.write("10.9.9.9,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,"
@@ -106,7 +106,7 @@ def test_jobs_start_before_the_table_is_read(base_store, tmp_path, monkeypatch):
 
 
 def test_an_ip_found_again_after_its_job_ran_is_invalid_input(base_store, tmp_path, monkeypatch):
-    monkeypatch.setattr(tablefile, "CHUNK_ROWS", 1)
+    monkeypatch.setattr(readers, "CHUNK_ROWS", 1)
     path = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
     with open(path, "a") as fh:
         fh.write(BASE_IPS[0] + "," + ",".join(map(str, series_for(BASE_IPS[0]))) + "\n")
@@ -177,7 +177,7 @@ def test_ten_thousand_ips_read_in_chunks_of_any_size_give_one_csv(tmp_path, monk
     store, table, expected = ten_thousand(tmp_path)
     outputs = {}
     for size in (997, 1, 20_000):
-        monkeypatch.setattr(tablefile, "CHUNK_ROWS", size)
+        monkeypatch.setattr(readers, "CHUNK_ROWS", size)
         out = tmp_path / f"out-{size}.csv"
         predict_table(str(table), str(store), out=str(out), options=RunOptions(workers=2, jobs_per_worker=5))
         outputs[size] = pd.read_csv(out, dtype=str, keep_default_na=False).drop(columns=TIMING)

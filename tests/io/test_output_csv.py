@@ -21,7 +21,7 @@ from batchpredict import Params, predict_table
 from batchpredict.io import output
 from batchpredict.result import SEVERITIES, Points, Result
 from batchpredict.scoring.anomaly import assess, verdicts
-from batchpredict.status import RULES
+from batchpredict.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"

@@ -4,7 +4,7 @@ import pytest
 
 from batchpredict.errors import UsageError
 from batchpredict.io import table as table_module
-from batchpredict.io import tablefile
+from batchpredict.io import readers
 from batchpredict.io.table import Table, read_table
 
 
@@ -112,7 +112,7 @@ def test_chunks_of_any_size_read_as_the_whole_file_row_by_row(tmp_path, monkeypa
     """Junk, integers only, negative zeros, NaN marks, duplicates across chunk boundaries, at chunk sizes
     from one row up: each chunk goes the C parser's way or the text way, and both agree with the rule."""
     rng = np.random.default_rng(seed)
-    monkeypatch.setattr(tablefile, "CHUNK_ROWS", int(rng.choice([1, 2, 3, 7, 64])))
+    monkeypatch.setattr(readers, "CHUNK_ROWS", int(rng.choice([1, 2, 3, 7, 64])))
     for trial in range(8):
         rows, width = int(rng.integers(1, 50)), int(rng.integers(1, 6))
         integers = float(rng.choice([0.0, 0.6, 0.97, 1.0]))
@@ -123,7 +123,7 @@ def test_chunks_of_any_size_read_as_the_whole_file_row_by_row(tmp_path, monkeypa
 
 
 def test_a_duplicate_chunks_apart_lists_every_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(tablefile, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(readers, "CHUNK_ROWS", 2)
     path = write(tmp_path, "ip,a\nx,1\ny,2\n x,3\nz,4\nw,5\nx ,6\n")
     table = read_table(path)
     assert [s.ip for s in table] == ["x", "y", "z", "w"]
@@ -132,7 +132,7 @@ def test_a_duplicate_chunks_apart_lists_every_line(tmp_path, monkeypatch):
 
 
 def test_whitespace_around_ids_and_cells(tmp_path, monkeypatch):
-    monkeypatch.setattr(tablefile, "CHUNK_ROWS", 1)
+    monkeypatch.setattr(readers, "CHUNK_ROWS", 1)
     table = read_table(write(tmp_path, "ip, a ,b\n  10.0.0.1\t, 1 ,  2\n10.0.0.2,3 , x \n"))
     assert [s.ip for s in table] == ["10.0.0.1", "10.0.0.2"]
     assert table[0].labels == ["a ", "b"]  # labels as written, past the leading spaces
@@ -140,7 +140,7 @@ def test_whitespace_around_ids_and_cells(tmp_path, monkeypatch):
 
 
 def test_a_column_of_true_and_false_is_not_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(tablefile, "CHUNK_ROWS", 1)  # a one-row chunk: the C parser would say 1.0 and 0.0
+    monkeypatch.setattr(readers, "CHUNK_ROWS", 1)  # a one-row chunk: the C parser would say 1.0 and 0.0
     table = read_table(write(tmp_path, "ip,a,b\nx,True,1\ny,false,2\n"))
     assert np.isnan(table[0].values[0]) and np.isnan(table[1].values[0])
 
@@ -174,7 +174,7 @@ def reference_long(path):
 @pytest.mark.parametrize("seed", range(4))
 def test_long_tables_in_chunks_read_as_the_rule_says(tmp_path, monkeypatch, seed):
     rng = np.random.default_rng(seed)
-    monkeypatch.setattr(tablefile, "CHUNK_ROWS", int(rng.choice([1, 3, 50])))
+    monkeypatch.setattr(readers, "CHUNK_ROWS", int(rng.choice([1, 3, 50])))
     monkeypatch.setattr(table_module, "CHUNK_IPS", 2)
     stamp = {"numbers": lambda: str(rng.integers(0, 40)), "dates": lambda: f"2026-01-{rng.integers(1, 29):02d}",
              "text": lambda: str(rng.choice(["w1", "w10", "w2", "2026-01-01", "7"]))}
@@ -199,7 +199,7 @@ def parquet_of(frame, path):
 
 
 def test_parquet_wide_reads_as_its_csv(tmp_path, monkeypatch):
-    monkeypatch.setattr(tablefile, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(readers, "CHUNK_ROWS", 2)
     frame = pd.DataFrame({"ip": ["10.0.0.1", " 10.0.0.2", "10.0.0.1", None], "a": [1.5, None, 3.0, 4.0],
                           "b": [1, 2, 3, 4], "c": ["7", "x", None, "-0"]})
     table = read_table(parquet_of(frame, tmp_path / "t.parquet"))

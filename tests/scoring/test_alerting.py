@@ -12,7 +12,7 @@ from batchpredict.job import Params
 
 from batchpredict.scoring import alerting
 from batchpredict.scoring.alerting import Method, alerts, extremes, onsets, parse, quiet_days, seasonal
-from batchpredict.status import RULES
+from batchpredict.rules import RULES
 
 DEFAULT = parse("likelihood")
 HISTORY = DEFAULT.history()

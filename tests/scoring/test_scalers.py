@@ -27,7 +27,7 @@ from sklearn.preprocessing import (
 
 from batchpredict.errors import Unsupported
 from batchpredict.scoring.loading import LoadedScaler
-from batchpredict.scoring.scalers import load_scaler
+from batchpredict.scoring.scalers import read_scaler
 
 REAL = SHARED / "fixtures" / "real-models" / "Abhishek-995312__stock-price-prediction-lstm__scaler.pkl"
 
@@ -109,8 +109,8 @@ def same_error(lean: Callable[[], Any], full: Callable[[], Any]) -> str:
 def test_equal_to_scikit_learn(kind: str, writer: str, tmp_path: Path) -> None:
     for features in (1, 3):
         scaler = fitted(SCALERS[kind], features)
-        lean = load_scaler(str(written(scaler, writer, tmp_path / f"{features}.save")))
-        full = LoadedScaler(scaler, "")
+        lean = read_scaler(str(written(scaler, writer, tmp_path / f"{features}.save")))
+        full = LoadedScaler(scaler, "", "")
         rows = RNG.normal(0.5, 2, (4, features))
         same(lean.inverse_transform(rows), full.inverse_transform(rows))
         if features == 1:
@@ -126,8 +126,8 @@ def test_equal_to_scikit_learn(kind: str, writer: str, tmp_path: Path) -> None:
 def test_fitted_on_a_dataframe(make: Callable[[], Any], writer: str, tmp_path: Path) -> None:
     """feature_names_in_ is an object array: joblib writes it as a nested pickle, read under the same rules."""
     scaler = make().fit(pd.DataFrame({"Close": RNG.normal(100, 20, 50)}))
-    lean = load_scaler(str(written(scaler, writer, tmp_path / "10.0.0.1.save")))
-    full = LoadedScaler(scaler, "")
+    lean = read_scaler(str(written(scaler, writer, tmp_path / "10.0.0.1.save")))
+    full = LoadedScaler(scaler, "", "")
     same(lean.transform(COLUMN), full.transform(COLUMN))
     same(lean.inverse_transform(COLUMN.reshape(-1, 1)), full.inverse_transform(COLUMN.reshape(-1, 1)))
     label = "MinMaxScaler" if make is MinMaxScaler else "Pipeline(StandardScaler, MinMaxScaler)"
@@ -141,18 +141,18 @@ def test_array_layouts_joblib_writes(writer: str, tmp_path: Path) -> None:
     scaler = fitted(MinMaxScaler, 3)
     scaler.scale_ = np.asfortranarray(np.stack([scaler.scale_, 2 * scaler.scale_]))
     scaler.min_ = np.stack([scaler.min_, -scaler.min_]).astype(">f8")
-    lean = load_scaler(str(written(scaler, writer, tmp_path / "s.save")))
+    lean = read_scaler(str(written(scaler, writer, tmp_path / "s.save")))
     rows = RNG.normal(0.5, 2, (2, 3))
-    same(lean.inverse_transform(rows), LoadedScaler(scaler, "").inverse_transform(rows))
+    same(lean.inverse_transform(rows), LoadedScaler(scaler, "", "").inverse_transform(rows))
 
 
 def test_real_scaler_pickled_by_scikit_learn_1_6_1() -> None:
     if not REAL.exists():
         pytest.skip(f"needs {REAL.name} in ../shared/fixtures/real-models (the team's shared folder beside the "
                     "repository, or set BATCHPREDICT_SHARED)")
-    lean = load_scaler(str(REAL))
+    lean = read_scaler(str(REAL))
     with pytest.warns(UserWarning, match="from version 1.6.1"):  # scikit-learn's InconsistentVersionWarning
-        full = LoadedScaler(joblib.load(REAL), "")
+        full = LoadedScaler(joblib.load(REAL), "", "")
     column = np.linspace(0, 400, 41)
     same(lean.transform(column), full.transform(column))
     same(lean.inverse_transform(column.reshape(-1, 1)), full.inverse_transform(column.reshape(-1, 1)))
@@ -166,12 +166,12 @@ def test_old_module_paths(tmp_path: Path) -> None:
     old = path.read_bytes().replace(b"sklearn.preprocessing._data\n", b"sklearn.preprocessing.data\n")
     path.write_bytes(old.replace(b"cjoblib.numpy_pickle\n", b"csklearn.externals.joblib.numpy_pickle\n"))
     assert b"sklearn.externals.joblib" in path.read_bytes()
-    same(load_scaler(str(path)).transform(COLUMN), LoadedScaler(scaler, "").transform(COLUMN))
+    same(read_scaler(str(path)).transform(COLUMN), LoadedScaler(scaler, "", "").transform(COLUMN))
 
 
 def test_feature_count_mismatch_is_scikit_learns_error(tmp_path: Path) -> None:
     scaler = MinMaxScaler().fit(np.zeros((3, 2)))
-    lean, full = load_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), LoadedScaler(scaler, "")
+    lean, full = read_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), LoadedScaler(scaler, "", "")
     message = same_error(lambda: lean.transform(COLUMN), lambda: full.transform(COLUMN))
     assert message == "X has 1 features, but MinMaxScaler is expecting 2 features as input."
 
@@ -181,7 +181,7 @@ def test_feature_count_mismatch_is_scikit_learns_error(tmp_path: Path) -> None:
                                           ("inverse_transform", np.zeros((2, 0)))])
 def test_invalid_input_is_scikit_learns_error(call: str, values: Any, tmp_path: Path) -> None:
     scaler = fitted(lambda: make_pipeline(RobustScaler(), StandardScaler()), 1)
-    lean, full = load_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), LoadedScaler(scaler, "")
+    lean, full = read_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), LoadedScaler(scaler, "", "")
     values = np.asarray(values, dtype=float)
     same_error(lambda: getattr(lean, call)(values), lambda: getattr(full, call)(values))
 
@@ -243,14 +243,14 @@ def test_refused_before_anything_runs(what: str, writer: str, tmp_path: Path) ->
     marker = tmp_path / "ran"
     path = written(make(marker), writer, tmp_path / "10.0.0.1.save")
     with pytest.raises(Unsupported, match=f"^{re.escape(f'scaler 10.0.0.1.save: {message}')}"):
-        load_scaler(str(path))
+        read_scaler(str(path))
     assert not marker.exists()
 
 
 def test_refusal_message(tmp_path: Path) -> None:
     path = written(Poison("1/0"), "joblib", tmp_path / "10.0.0.1.save")
     with pytest.raises(Unsupported) as refused:
-        load_scaler(str(path))
+        read_scaler(str(path))
     assert str(refused.value) == "scaler 10.0.0.1.save: pickle names builtins.eval, not a known scaler"
 
 
@@ -265,7 +265,7 @@ def test_allowed_callables_refuse_other_arguments(stream: bytes, message: str, t
     path = tmp_path / "s.save"
     path.write_bytes(stream)
     with pytest.raises(Unsupported, match=re.escape(f"scaler s.save: {message}")):
-        load_scaler(str(path))
+        read_scaler(str(path))
 
 
 def _cut(writer: str, keep: float) -> Callable[[Path], bytes]:
@@ -292,14 +292,14 @@ def test_unreadable_files(make: Callable[[Path], bytes], message: str, tmp_path:
     path = tmp_path / "s.save"
     path.write_bytes(make(tmp_path))
     with pytest.raises(Unsupported, match=f"^{re.escape(f'scaler s.save: {message}')}") as refused:
-        load_scaler(str(path))
+        read_scaler(str(path))
     assert "\n" not in str(refused.value)
 
 
 def test_reads_without_scikit_learn_joblib_pandas_or_tensorflow(tmp_path: Path) -> None:
     path = written(fitted(SCALERS["pipeline"], 1), "joblib-zlib", tmp_path / "s.save")
-    code = ("import sys; import numpy as np; from batchpredict.scoring.scalers import load_scaler; "
-            "s = load_scaler(sys.argv[1]); s.inverse_transform(s.transform(np.arange(5.0)).reshape(1, -1)[:, :1]); "
+    code = ("import sys; import numpy as np; from batchpredict.scoring.scalers import read_scaler; "
+            "s = read_scaler(sys.argv[1]); s.inverse_transform(s.transform(np.arange(5.0)).reshape(1, -1)[:, :1]); "
             "print(sorted(m for m in ('sklearn', 'joblib', 'pandas', 'tensorflow') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])

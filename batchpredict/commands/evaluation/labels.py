@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UsageError
-from ...io.tablefile import read_text_csv
+from ...io.readers import read_text_csv
 
 CSV_COLUMNS = ("ip", "start", "end")
 NAT = np.iinfo(np.int64).min  # what numpy's NaT is as int64

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from conftest import SHARED, run_cli
-from test_comparison import HOSTS, results_csv, stamp
+from test_evaluate import HOSTS, results_csv, stamp
 
 from batchpredict.commands.evaluation.labels import label_id, parse_times, read_labels
 from batchpredict.errors import UsageError

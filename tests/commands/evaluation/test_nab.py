@@ -23,7 +23,7 @@ from batchpredict.commands.evaluation.nab import (
     normalised,
     scaled_sigmoid,
 )
-from batchpredict.commands.evaluation.scoring import place, score
+from batchpredict.commands.evaluation.measurement import place, score
 
 UNIT = Profile("unit", tp=1.0, fp=1.0, fn=1.0)  # the cost matrix of NAB's scorer tests
 NAB_DATA = SHARED / "data" / "nab"

@@ -20,8 +20,8 @@ from ..report import read_results
 from . import BASELINES
 from .baseline import zscore_points
 from .labels import NAT, Labels, parse_times, read_labels
+from .measurement import METRICS, TOTAL, WINDOW_COLUMNS, flags, order_points, place, score
 from .nab import STANDARD
-from .scoring import METRICS, TOTAL, WINDOW_COLUMNS, flags, order_points, place, score
 
 log = logging.getLogger("batchpredict")
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import run_cli
 
 from batchpredict import Params
-from batchpredict.commands.evaluation.comparison import evaluate, format_table
-from batchpredict.commands.evaluation.scoring import TOTAL
+from batchpredict.commands.evaluation.evaluate import evaluate, format_table
+from batchpredict.commands.evaluation.measurement import TOTAL
 from batchpredict.errors import UsageError
 from batchpredict.io.output import columns, write_rows
 from batchpredict.scoring.anomaly import assess
