@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # result.py imports numpy, which the command line's --help does without
     from .result import Result, Status
@@ -60,7 +60,7 @@ class RunOptions:
     allow_unsealed: bool = False    # a store with a manifest.json may have IPs it does not list
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
     """One IP to score: its series, its artefacts (relative to the store), its std, and which points."""
 
@@ -78,6 +78,9 @@ class Job:
     first: int = -1  # the index of the first point to score; negative counts from the end
     trust: bool = False  # RunOptions.trust_store: the store's files may run code
     sealed: dict | None = None  # the IP's manifest.json entry, checked before its files are read
+    # params.std and params.alert as the coordinator parsed them, once for the run (predict.check_params).
+    std_mode: tuple[str, int]
+    method: Any  # a scoring.alerting.Method (a type of the layer above); None where the job gives no alerts
 
     def start(self) -> int:
         """The index of the first point to score."""

@@ -14,13 +14,13 @@ PREFIX = "batchpredict"
 LAST_SUCCESS = f"{PREFIX}_last_success_timestamp_seconds"
 
 
-def render(summary: dict | None, exit_code: int, started: float, finished: float,
+def render(summary: dict | None, exit_code: int, started: float, finished: float, *,
            last_success: float | None = None) -> str:
     """The text of collect's metrics."""
-    return generate_latest(collect(summary, exit_code, started, finished, last_success)).decode()
+    return generate_latest(collect(summary, exit_code, started, finished, last_success=last_success)).decode()
 
 
-def collect(summary: dict | None, exit_code: int, started: float, finished: float,
+def collect(summary: dict | None, exit_code: int, started: float, finished: float, *,
             last_success: float | None = None) -> CollectorRegistry:
     """Metrics of one run; `summary` is None when the run stopped before its output (exit 2, 75, signal)."""
     registry = CollectorRegistry()
@@ -84,7 +84,7 @@ def previous_success(path: str) -> float | None:
 def write_metrics(path: str, summary: dict | None, exit_code: int, started: float) -> None:
     """Replace `path` atomically (a temporary file beside it, renamed): the textfile collector never reads half
     a file, and never the temporary one, whose name does not end in .prom."""
-    registry = collect(summary, exit_code, started, time.time(), previous_success(path))
+    registry = collect(summary, exit_code, started, time.time(), last_success=previous_success(path))
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         write_to_textfile(path, registry)

@@ -29,7 +29,7 @@ class Outcome:
     reroute: str = ""  # not an answer: why this worker's pool cannot run the task (see Job.rerouted)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Point:
     """One scored bucket of an IP: the values of one output row (docs/design.md §3, §4)."""
 
@@ -70,7 +70,7 @@ class Points:
     __slots__ = ("timestamp", "observed", "predicted", "std", "lower", "upper", "anomaly", "severity", "rolled",
                  "std_mode", "alert", "score", "judged", "method", "rule")
 
-    def __init__(self, timestamp: ArrayLike, observed: ArrayLike, predicted: ArrayLike, std: ArrayLike,
+    def __init__(self, timestamp: ArrayLike, observed: ArrayLike, predicted: ArrayLike, std: ArrayLike, *,
                  lower: ArrayLike, upper: ArrayLike, anomaly: ArrayLike, severity: ArrayLike,
                  rolled: ArrayLike | None = None, std_mode: str = "store", alert: ArrayLike | None = None,
                  score: ArrayLike | None = None, judged: ArrayLike | None = None, method: str = "",
@@ -92,8 +92,8 @@ class Points:
 
     @classmethod
     def empty(cls) -> Points:
-        return cls(np.empty(0, dtype=str), *(np.empty(0),) * 3, np.empty((0, 0)), np.empty((0, 0)),
-                   np.empty(0, dtype=bool), np.empty(0, dtype=np.uint8))
+        return cls(np.empty(0, dtype=str), *(np.empty(0),) * 3, lower=np.empty((0, 0)), upper=np.empty((0, 0)),
+                   anomaly=np.empty(0, dtype=bool), severity=np.empty(0, dtype=np.uint8))
 
     @classmethod
     def of(cls, points: Sequence[Point]) -> Points:
@@ -103,15 +103,16 @@ class Points:
         modes = {p.std_source for p in points} - {"store"}
         alerting = any(p.alert is not None for p in points)
         return cls([p.timestamp for p in points], [p.observed for p in points], [p.predicted for p in points],
-                   [p.std for p in points], np.array([p.lower for p in points]).T,
-                   np.array([p.upper for p in points]).T, [p.anomaly for p in points],
-                   [SEVERITIES.index(p.severity) for p in points], [p.std_source != "store" for p in points],
-                   modes.pop() if modes else "store",
-                   [bool(p.alert) for p in points] if alerting else None,
-                   [np.nan if p.score is None else p.score for p in points] if alerting else None,
-                   [p.score is not None for p in points] if alerting else None,
-                   next((p.alert_source for p in points if p.alert_source not in ("", "severity", *VALUE_RULES)), ""),
-                   [RULES.index(p.alert_source) if p.alert and p.alert_source in RULES else 0 for p in points]
+                   [p.std for p in points], lower=np.array([p.lower for p in points]).T,
+                   upper=np.array([p.upper for p in points]).T, anomaly=[p.anomaly for p in points],
+                   severity=[SEVERITIES.index(p.severity) for p in points],
+                   rolled=[p.std_source != "store" for p in points], std_mode=modes.pop() if modes else "store",
+                   alert=[bool(p.alert) for p in points] if alerting else None,
+                   score=[np.nan if p.score is None else p.score for p in points] if alerting else None,
+                   judged=[p.score is not None for p in points] if alerting else None,
+                   method=next((p.alert_source for p in points
+                                if p.alert_source not in ("", "severity", *VALUE_RULES)), ""),
+                   rule=[RULES.index(p.alert_source) if p.alert and p.alert_source in RULES else 0 for p in points]
                    if any(p.alert and p.alert_source in VALUE_RULES for p in points) else None)
 
     def __len__(self) -> int:
@@ -137,9 +138,11 @@ class Points:
                 judged = bool(self.judged[i]) if self.judged is not None else False
                 alert = {"alert": bool(self.alert[i]), "score": float(self.score[i]) if judged else None,
                          "alert_source": alert_sources[i]}
-            yield Point(str(self.timestamp[i]), float(self.observed[i]), float(self.predicted[i]), float(self.std[i]),
-                        tuple(self.lower[:, i].tolist()), tuple(self.upper[:, i].tolist()), bool(self.anomaly[i]),
-                        SEVERITIES[self.severity[i]], sources[i], **alert)
+            yield Point(timestamp=str(self.timestamp[i]), observed=float(self.observed[i]),
+                        predicted=float(self.predicted[i]), std=float(self.std[i]),
+                        lower=tuple(self.lower[:, i].tolist()), upper=tuple(self.upper[:, i].tolist()),
+                        anomaly=bool(self.anomaly[i]), severity=SEVERITIES[self.severity[i]], std_source=sources[i],
+                        **alert)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, list):

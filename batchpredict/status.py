@@ -1,6 +1,9 @@
-"""A row's status and a point's severity: what the command line needs of a result, without numpy."""
+"""A row's status and a point's severity, and how a command counts them: what the command line needs of a
+result, without numpy."""
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from enum import Enum
 
 
@@ -29,3 +32,13 @@ class Severity(str, Enum):
     WARNING = "warning"
     CRITICAL = "critical"
 
+
+
+def tally(statuses: Iterable[Status]) -> dict[str, int]:
+    """How many of each status, by value."""
+    return dict(Counter(status.value for status in statuses))
+
+
+def listed(counts: dict[str, int]) -> str:
+    """'ok 30, no_model 2': the most common first, as the final lines say them."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))

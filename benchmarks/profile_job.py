@@ -106,7 +106,7 @@ def main() -> None:
         since = table.labels[-args.points - 1] if args.points > 1 else None
         params = Params(since=since, std=args.std, alert=args.alert)
         rows = coordinator._rows(params)
-        plan = coordinator.Plan(table, Store(store), params, "auto", rows)
+        plan = coordinator.Plan(table, Store(store), params, engine="auto", rows=rows)
         jobs = [job for job in plan.jobs_of(table.chunks()) if job is not None]
         instrument()
         per_job: list[dict[str, float]] = []

@@ -107,7 +107,7 @@ def read_and_plan(table: str, store: str) -> None:
 
     start, cpu = time.monotonic(), time.process_time()
     opened = Table(table)
-    plan = Plan(opened, Store(store), Params(), "auto", Rows(Params().sigmas))
+    plan = Plan(opened, Store(store), Params(), engine="auto", rows=Rows(Params().sigmas))
     first, ips = None, 0
 
     def counted(chunks: Iterator[list]) -> Iterator[list]:

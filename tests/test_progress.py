@@ -21,7 +21,8 @@ from batchpredict.result import Point, Result, Severity, Status
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) ")
 
 def point(severity: Severity) -> Point:
-    return Point("t", 1.0, 1.0, 1.0, (1.0, 1.0), (1.0, 1.0), severity is not Severity.NORMAL, severity)
+    return Point(timestamp="t", observed=1.0, predicted=1.0, std=1.0, lower=(1.0, 1.0), upper=(1.0, 1.0),
+                 anomaly=severity is not Severity.NORMAL, severity=severity)
 
 
 # Anomalies are counted in points: b has two.

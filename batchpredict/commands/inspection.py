@@ -8,6 +8,7 @@ they are: how a user proves the numpy engine on their own store.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,13 +24,17 @@ from ..result import Outcome, Status
 from ..runtime.backend import make_executor
 from ..scoring import scalers
 from ..scoring.loading import LoadedModel, describe, load_model, load_scaler
+from ..status import listed, tally
+from .verdict import Verdict
+
+log = logging.getLogger("batchpredict")
 
 COLUMNS = ["ip", "status", "model", "format", "keras", "runtime", "timesteps", "engine", "pool", "verify",
            "scaler", "problems"]
 VERIFY_WINDOWS = 4
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CheckResult(Outcome):
     model: str = ""
     format: str = ""
@@ -44,7 +49,7 @@ class CheckResult(Outcome):
     problems: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CheckTask:
     ip: str
     store: str
@@ -80,7 +85,7 @@ def inspect_artefacts(task: CheckTask) -> CheckResult:
 
 def _inspect_seal(task: CheckTask, result: CheckResult) -> None:
     if task.sealed and task.std is not None and task.scaler:
-        manifest.check(task.store, task.sealed, task.model, task.scaler, task.std)
+        manifest.check(task.store, task.sealed, task.model, task.scaler, std=task.std)
 
 
 def _inspect_model(task: CheckTask, result: CheckResult) -> None:
@@ -186,7 +191,8 @@ def _plan(store: Store, ip: str) -> tuple[CheckResult, CheckTask | None]:
     row.status = next((s for s in (Status.INVALID_INPUT, Status.LOAD_ERROR, Status.NO_MODEL) if s in statuses),
                       Status.OK)
     row.model = found.get("model", "")
-    task = CheckTask(ip, store.root, row.model, found.get("scaler"), sealed=found.get("sealed"), std=found.get("std"))
+    task = CheckTask(ip=ip, store=store.root, model=row.model, scaler=found.get("scaler"), sealed=found.get("sealed"),
+                     std=found.get("std"))
     return row, task if row.model else None
 
 
@@ -197,3 +203,31 @@ def report_rows(rows: list[CheckResult], window: int) -> list[list[str]]:
 
     return [[r.ip, r.status.value, r.model, r.format, r.keras_version, r.runtime, timesteps(r), r.engine, r.pool,
              r.verify, r.scaler, r.error] for r in rows]
+
+
+def verdict(rows: list[CheckResult], models: str, *, verify: bool, tolerance: float) -> Verdict:
+    """Exit 1 unless every IP is ok and, with --verify, every difference within `tolerance`."""
+    counts = tally(row.status for row in rows)
+    said, over = "", []
+    if verify:
+        diffs = [row.max_diff for row in rows if row.max_diff is not None]
+        over = [row.ip for row in rows if row.max_diff is not None and row.max_diff > tolerance]
+        said = (f"; verified {len(diffs)}, largest difference {max(diffs, default=0.0):.1e}, "
+                f"{len(over)} over {tolerance:g}" + (f": {', '.join(over[:10])}" if over else ""))
+    trusted = [row.ip for row in rows if "only with --trust-store" in row.error]
+    said += f"; {len(trusted)} need --trust-store: {', '.join(trusted[:10])}" if trusted else ""
+    return Verdict(line=f"batchpredict store check: {len(rows)} IPs in {models}: {listed(counts) or 'none found'}"
+                        f"{said}",
+                   code=0 if rows and counts.get("ok", 0) == len(rows) and not over else 1)
+
+
+def seal(models: str) -> Verdict:
+    """Write the store's manifest.json over every IP that has all its artefacts; log the others."""
+    store = Store(models)
+    entries, skipped = store.seal()
+    path = manifest.write(store.root, entries)
+    for ip, why in skipped.items():
+        log.warning("%s: not sealed: %s", ip, why)
+    return Verdict(line=f"batchpredict store seal: {len(entries)} IPs -> {path}"
+                        + (f"; {len(skipped)} without all their artefacts not sealed" if skipped else ""),
+                   fields={"event": "seal", "ips": len(entries), "skipped": len(skipped)})

@@ -35,24 +35,30 @@ from ..runtime.forkserver import pool_for
 from ..scoring import alerting
 from ..scoring.anomaly import std_mode
 from ..scoring.prediction import run_job
+from ..status import listed
+from .verdict import Verdict
 
 log = logging.getLogger("batchpredict")
 
 
-def check_params(params: Params) -> None:
+Parsed = tuple[tuple[str, int], alerting.Method | None]  # --std and --alert, as check_params parses them
+
+
+def check_params(params: Params) -> Parsed:
+    """UsageError where the knobs are unusable; else --std and --alert parsed, for every job of the run."""
     if params.rolling < 1 or params.window < 1 or params.points < 1:
         raise UsageError(f"--rolling, --window and --points must be at least 1 (got {params.rolling}, "
                          f"{params.window}, {params.points})")
     if params.since is not None and params.points != 1:
         raise UsageError("--points and --since exclude each other: --since scores every point after its label")
     try:
-        std_mode(params.std)
-        alerting.parse(params.alert)
+        std, method = std_mode(params.std), alerting.parse(params.alert)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     low, high = params.sigmas
     if not (0 < low < high) or not math.isfinite(high):
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
+    return std, method if params.alerting else None
 
 
 class Plan:
@@ -61,10 +67,11 @@ class Plan:
     `done` holds the journal's results of an earlier run (--resume): those IPs take them, run nothing.
     """
 
-    def __init__(self, table: Table, store: Store, params: Params, engine: str, rows: output.Rows,
-                 trust: bool = False, allow_unsealed: bool = False) -> None:
+    def __init__(self, table: Table, store: Store, params: Params, *, engine: str, rows: output.Rows,
+                 trust: bool = False, allow_unsealed: bool = False, parsed: Parsed | None = None) -> None:
         if engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        self.std_mode, self.method = parsed or check_params(params)  # for every job: none parses them again
         self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
         self.trust, self.allow_unsealed = trust, allow_unsealed  # RunOptions', for every job
         self.done: dict[str, Result] = {}
@@ -100,8 +107,8 @@ class Plan:
     def settle_duplicates(self) -> None:
         """An IP found again later in a wide table: its first row becomes invalid_input, job or not."""
         for ip in self.table.duplicates:
-            series = Series(ip, self.table.labels, np.empty(0), self.table.duplicate_problem(ip),
-                            self.table.position(ip))
+            series = Series(ip=ip, labels=self.table.labels, values=np.empty(0),
+                            problem=self.table.duplicate_problem(ip), position=self.table.position(ip))
             if not self._nothing_after_since(series):  # else skipped when first seen
                 self._settle(series, self._check_problem)
 
@@ -142,12 +149,13 @@ class Plan:
         pool = pool_for(found.model, self.engine)
         if pool == "full" and not extras.installed():  # a SavedModel: --engine keras stopped the run before
             raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(f"{found.model} is a SavedModel"))
-        return Job(series.ip, series.labels, series.values.tolist(), self.store.root, found.model, found.scaler,
-                   found.std, self.params, self.engine, pool, first=self.first(series),
-                   trust=self.trust, sealed=sealed)
+        return Job(ip=series.ip, labels=series.labels, values=series.values.tolist(), store=self.store.root,
+                   model=found.model, scaler=found.scaler, std=found.std, params=self.params, engine=self.engine,
+                   pool=pool, first=self.first(series), trust=self.trust, sealed=sealed, std_mode=self.std_mode,
+                   method=self.method)
 
 
-def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(),
+def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(), *,
                   options: RunOptions = RunOptions(),
                   on_result: Callable[[Result], None] | None = None,
                   on_start: Callable[[int | None], None] | None = None) -> pd.DataFrame:
@@ -158,17 +166,30 @@ def predict_table(data: str, models: str, out: str | None = None, params: Params
     may have finished by then); `on_result(result)` gets each job's result as it finishes.
     """
     rows = _rows(params, cells=True)
-    info = _run(data, models, out, params, options, rows, on_result, on_start)
+    info = _run(data, models, out, params, options=options, rows=rows, on_result=on_result, on_start=on_start)
     frame = rows.frame()
     frame.attrs["summary"], frame.attrs["events"] = info, rows.events_frame()
     return frame
 
 
-def predict(data: str, models: str, out: str, params: Params = Params(), options: RunOptions = RunOptions(),
+def predict(data: str, models: str, out: str, params: Params = Params(), *, options: RunOptions = RunOptions(),
             on_result: Callable[[Result], None] | None = None,
             on_start: Callable[[int | None], None] | None = None) -> dict:
     """predict_table for the command line: the output goes only to `out`; returns the summary."""
-    return _run(data, models, out, params, options, _rows(params), on_result, on_start)
+    return _run(data, models, out, params, options=options, rows=_rows(params), on_result=on_result,
+                on_start=on_start)
+
+
+def verdict(info: dict, out: str, since: str | None = None) -> Verdict:
+    """The run's summary line; exit 1 where a job failed (docs/design.md §5)."""
+    rows = f", {info['rows']} rows, {sum(info['events'].values())} events" if info["rows"] != info["ips"] else ""
+    rows += f", {info['alerts']} alerts" if "alerts" in info else ""
+    skipped = f" ({info['skipped']} skipped: nothing after {since})" if info["skipped"] else ""
+    return Verdict(line=f"batchpredict: {info['ips']} IPs{rows}{skipped} in {info['wall_s']:.1f} s "
+                        f"({info['jobs_per_s'] or 0:.1f} jobs/s) -> {out}: {listed(info['status']) or 'no rows'}; "
+                        f"severity: {listed(info['severity']) or 'none'}",
+                   fields={"event": "summary", **info},
+                   code=1 if any(Status(s).failed for s in info["status"]) else 0)
 
 
 def _rows(params: Params, cells: bool = False) -> output.Rows:
@@ -179,9 +200,9 @@ def _rows(params: Params, cells: bool = False) -> output.Rows:
 
 
 
-def _run(data: str, models: str, out: str | None, params: Params, options: RunOptions, rows: output.Rows,
+def _run(data: str, models: str, out: str | None, params: Params, *, options: RunOptions, rows: output.Rows,
          on_result: Callable[[Result], None] | None, on_start: Callable[[int | None], None] | None) -> dict:
-    check_params(params)
+    parsed = check_params(params)
     if options.engine == "keras":
         extras.require_tensorflow("--engine keras")
     started, cpu = time.monotonic(), time.process_time()
@@ -194,7 +215,8 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
         chunks = table.chunks()
         first = next(chunks)  # an unreadable or empty table stops the run before anything is written
         executor = make_executor(options)
-        plan = Plan(table, store, params, options.engine, rows, options.trust_store, options.allow_unsealed)
+        plan = Plan(table, store, params, engine=options.engine, rows=rows, trust=options.trust_store,
+                    allow_unsealed=options.allow_unsealed, parsed=parsed)
         journal = None
         if out:
             settings = {"params": dataclasses.asdict(params), "layout": options.layout}

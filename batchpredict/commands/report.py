@@ -26,6 +26,7 @@ from ..io.table import read_table
 from ..job import Params
 from ..result import Severity, Status
 from ..scoring.features import rolling_series
+from .verdict import Verdict
 
 log = logging.getLogger("batchpredict")
 
@@ -38,13 +39,19 @@ TEXT_COLUMNS = ["ip", "timestamp", "std_source", "anomaly", "severity", "status"
 FAILED = {s.value for s in Status if s.failed}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Report:
     path: str       # index.html
     ips: int
     anomalies: int  # flagged points
     anomalous_ips: int
     plots: int      # one per anomalous IP, up to --top
+
+
+def verdict(done: Report) -> Verdict:
+    return Verdict(line=f"batchpredict report: {done.ips} IPs, {done.anomalies} anomalous points in "
+                        f"{done.anomalous_ips} IPs, {done.plots} plots -> {done.path}",
+                   fields={"event": "report", **vars(done)})
 
 
 def read_results(path: str) -> tuple[pd.DataFrame, tuple[float, float]]:
@@ -59,7 +66,7 @@ def read_results(path: str) -> tuple[pd.DataFrame, tuple[float, float]]:
     return frame, (sigmas[0], sigmas[1])
 
 
-def build_report(results: str, data: str, out_dir: str, top: int = 100, params: Params = Params(),
+def build_report(results: str, data: str, out_dir: str, top: int = 100, *, params: Params = Params(),
                  layout: str | None = None) -> Report:
     """Write `out_dir/index.html` and `out_dir/plots/*.png` for the `top` most anomalous IPs, each
     plot showing every point of the IP that was scored, flagged ones marked."""
@@ -82,14 +89,15 @@ def build_report(results: str, data: str, out_dir: str, top: int = 100, params: 
             continue
         name = plot_name(ip)
         try:
-            plot(os.path.join(out_dir, name), points[ip], found.labels, found.values, params, sigmas)
+            plot(os.path.join(out_dir, name), points[ip], found.labels, found.values, params=params, sigmas=sigmas)
         except JobError as exc:  # the table given is not the one that was scored
             log.warning("report: %s: no plot: %s", ip, exc)
             continue
         images[ip] = name
     page = os.path.join(out_dir, "index.html")
-    write_atomic(page, render(frame, anomalous, images, results, _read_summary(results)))
-    return Report(page, frame["ip"].nunique(), len(anomalous), anomalous["ip"].nunique(), len(images))
+    write_atomic(page, render(frame, anomalous, images, results, summary=_read_summary(results)))
+    return Report(path=page, ips=frame["ip"].nunique(), anomalies=len(anomalous),
+                  anomalous_ips=anomalous["ip"].nunique(), plots=len(images))
 
 
 def _ranked_anomalies(frame: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +115,7 @@ def plot_name(ip: str) -> str:
     return f"{PLOTS}/{safe}-{hashlib.sha1(ip.encode()).hexdigest()[:8]}.png"
 
 
-def plot(path: str, scored: pd.DataFrame, labels: list[str], values: np.ndarray, params: Params,
+def plot(path: str, scored: pd.DataFrame, labels: list[str], values: np.ndarray, *, params: Params,
          sigmas: tuple[float, float]) -> None:
     """Raw series, rolling mean, the prediction with its bands at each scored point (one point: over
     the window before it), and each flagged point's observed value by severity."""
@@ -195,7 +203,7 @@ def _rows_table(frame: pd.DataFrame, title: str, anchor: str, note: str) -> str:
             + _table(["IP", "status", "error", "attempts", "ms"], rows) + more + "</section>")
 
 
-def render(frame: pd.DataFrame, anomalous: pd.DataFrame, images: dict[str, str], results: str,
+def render(frame: pd.DataFrame, anomalous: pd.DataFrame, images: dict[str, str], results: str, *,
            summary: dict) -> str:
     """The page: inline CSS, relative image paths, and a self-check that marks broken images."""
     ips = frame.drop_duplicates("ip")  # an IP's rows share its status, error and timing

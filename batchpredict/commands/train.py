@@ -31,6 +31,8 @@ from ..job import Params, RunOptions
 from ..result import Outcome, Status
 from ..scoring.engine import cache
 from ..scoring.features import rolling_series
+from ..status import listed, tally
+from .verdict import Verdict
 
 log = logging.getLogger("batchpredict")
 
@@ -39,7 +41,7 @@ REPORT_COLUMNS = ["ip", "status", "error", "model", "epochs", "train_loss", "hol
                   "worker_peak_rss_mib"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainResult(Outcome):
     model: str = ""
     epochs: int | None = None
@@ -49,7 +51,7 @@ class TrainResult(Outcome):
     sealed: dict | None = None  # its manifest.json entry, hashed in the worker once the files are written
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainJob:
     ip: str
     values: list[float]
@@ -209,7 +211,7 @@ def merge_stds(store: str, entries: dict[str, float]) -> None:
         write_atomic(path, json.dumps(current, indent=1, sort_keys=True) + "\n")
 
 
-def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params(), epochs: int = 30,
+def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params(), *, epochs: int = 30,
                 holdout: float = 0.2, seed: int = 0, ips: list[str] | None = None,
                 options: RunOptions | None = None) -> list[TrainResult]:
     """Train every (or each named) IP of the history table; writes `<models>/train_report.csv`."""
@@ -238,7 +240,8 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
         except JobError as exc:
             results[series.ip] = TrainResult(ip=series.ip, status=Status(exc.status), error=str(exc))
             continue
-        jobs.append(TrainJob(series.ip, series.values.tolist(), store.root, fmt, params, epochs, holdout, seed))
+        jobs.append(TrainJob(ip=series.ip, values=series.values.tolist(), store=store.root, format=fmt, params=params,
+                             epochs=epochs, holdout=holdout, seed=seed))
     for outcome in make_executor(options or RunOptions()).run(train_ip, jobs):
         results[outcome.ip] = outcome
     ordered = [results[s.ip] for s in table if s.ip in results]
@@ -252,6 +255,17 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
     if sealed:  # with a manifest there already, the entries of IPs this run did not train stay as they were
         manifest.write(store.root, sealed, keep=True)
     return ordered
+
+
+def verdict(results: list[TrainResult], models: str) -> Verdict:
+    """Each IP not trained logged with why; exit 1 unless every IP is ok."""
+    for r in results:
+        if r.status is not Status.OK:
+            log.warning("%s: %s: %s", r.ip, r.status.value, r.error)
+    counts = tally(r.status for r in results)
+    return Verdict(line=f"batchpredict train: {len(results)} IPs -> {models}: {listed(counts)}",
+                   fields={"event": "summary", "ips": len(results), "status": counts},
+                   code=0 if counts.get("ok", 0) == len(results) else 1)
 
 
 def write_report(results: list[TrainResult], path: str) -> None:

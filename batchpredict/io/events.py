@@ -66,10 +66,10 @@ def collapse(points: pd.DataFrame, flagged: np.ndarray, alerts: np.ndarray | Non
         raise ValueError(f"flagged has {len(flagged)} values for {len(points)} points")
     ranks = points["severity"].map(RANK).fillna(-1).to_numpy(dtype=int)
     return pd.DataFrame(event_columns(points["ip"].astype(str).to_numpy(), points["timestamp"].to_numpy(), ranks,
-                                      sigma(points), flagged, alerts))
+                                      sigma(points), flagged=flagged, alerts=alerts))
 
 
-def event_columns(ips: np.ndarray, timestamps: np.ndarray, ranks: np.ndarray, sigmas: np.ndarray,
+def event_columns(ips: np.ndarray, timestamps: np.ndarray, ranks: np.ndarray, sigmas: np.ndarray, *,
                   flagged: np.ndarray, alerts: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """collapse() on arrays: ranks are severities as 0 (normal), 1 (warning), 2 (critical) or -1 (none).
     The coordinator calls it on each finished IP's points, without building a frame."""

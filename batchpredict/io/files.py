@@ -11,11 +11,13 @@ os.umask(_UMASK)
 
 
 @contextlib.contextmanager
-def replaced(path: str, keep_suffix: bool = False) -> Iterator[str]:
+def replaced(path: str, keep_suffix: bool = False, *, durable: bool = True) -> Iterator[str]:
     """A temporary path in `path`'s folder for the caller to fill; on success it becomes `path`.
 
     The file is fsynced before the rename and the folder after it, so after a crash `path` holds the old
     contents or the new, whole. `keep_suffix` for writers that choose the format by suffix (Keras, h5py).
+    `durable=False` skips both fsyncs, for a file whose loss costs nothing: the rename still means a reader
+    never sees half of it, but a crash may leave it empty or gone (the weights cache, where that is a miss).
     """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -26,14 +28,16 @@ def replaced(path: str, keep_suffix: bool = False) -> Iterator[str]:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the file from its readers
         os.close(fd)
         yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        if durable:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    sync_folder(folder)
+    if durable:
+        sync_folder(folder)
 
 
 def sync_folder(folder: str) -> None:

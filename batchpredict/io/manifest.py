@@ -63,7 +63,7 @@ def write(root: str, entries: dict[str, dict], keep: bool = False) -> str:
     return path
 
 
-def check(root: str, sealed: dict, model: str, scaler: str, std: float) -> None:
+def check(root: str, sealed: dict, model: str, scaler: str, *, std: float) -> None:
     """JobError(load_error) naming the first file the job reads (or its std) that differs from `sealed`, or a
     file `sealed` lists that is gone. Only the job's own files are read: the manifest cannot point elsewhere."""
     reads = files_of(root, model, scaler)

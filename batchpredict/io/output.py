@@ -135,7 +135,7 @@ def result_events(result: Result, alert: bool = False) -> list[list[Any]]:
     alerts = (np.zeros(len(points), dtype=bool) if points.alert is None else points.alert) if alert else None
     found = event_columns(np.full(len(points), result.ip, dtype=object), points.timestamp.astype(object),
                           points.severity.astype(int), distance(points.observed, points.predicted, points.std),
-                          points.anomaly, alerts)
+                          flagged=points.anomaly, alerts=alerts)
     return [[("true" if cell else "false") if isinstance(cell, bool) else cell for cell in cells]
             for cells in zip(*(found[c].tolist() for c in event_names(alert)), strict=True)]
 
@@ -183,7 +183,7 @@ class Rows:
     A position may be put again (an IP found twice in the table): its new rows replace the old ones.
     """
 
-    def __init__(self, sigmas: tuple[float, float], cells: bool = False, std_source: bool = False,
+    def __init__(self, sigmas: tuple[float, float], cells: bool = False, std_source: bool = False, *,
                  events: bool = False, alert: bool = False) -> None:
         self.header = columns(sigmas, std_source, alert)
         self.events_header = event_names(alert)

@@ -22,7 +22,7 @@ LAYOUTS = ("wide", "long")
 CHUNK_IPS = 10_000  # series per chunk of a long table (a wide one goes by the file's chunks of rows)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Series:
     """One IP's series in time order, labels as written in the input."""
 
@@ -126,7 +126,7 @@ class Table:
                 self.duplicates.setdefault(ip, [self._first_lines[position]]).append(line)
                 continue
             self._first_lines.append(line)
-            found.append(Series(ip, self.labels, block[row], position=position))
+            found.append(Series(ip=ip, labels=self.labels, values=block[row], position=position))
         return found
 
     def _long(self) -> Iterator[list[Series]]:
@@ -181,7 +181,7 @@ class LongPoints:
         starts = np.flatnonzero(np.diff(group[order], prepend=-1))
         ends = np.append(starts[1:], len(order))
         # Parquet's numbers are typed; CSV's text may read otherwise as a series (readers.integer_groups).
-        exact = (_series_cells(file, order, starts, ends, integer_groups(group, values, len(names)))
+        exact = (_series_cells(file, order, starts, ends, groups=integer_groups(group, values, len(names)))
                  if isinstance(file, CsvFile) else {})
         chunk = []
         for g, (a, b) in enumerate(zip(starts, ends, strict=True)):
@@ -190,7 +190,8 @@ class LongPoints:
             dup = np.flatnonzero(rank[rows][1:] == rank[rows][:-1])
             problem = f"duplicate timestamp {point_labels[dup[0] + 1]!r} for this IP" if len(dup) else ""
             series_values = text_numbers(exact[g]) if g in exact else values[rows]
-            chunk.append(Series(names[g], point_labels, series_values, problem, position=g, keys=rank[rows]))
+            chunk.append(Series(ip=names[g], labels=point_labels, values=series_values, problem=problem, position=g,
+                                keys=rank[rows]))
             if len(chunk) == CHUNK_IPS:
                 yield chunk
                 chunk = []
@@ -224,7 +225,7 @@ def _order_key(stamps: pd.Series) -> pd.Series:
     return stamps
 
 
-def _series_cells(file: CsvFile, order: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+def _series_cells(file: CsvFile, order: np.ndarray, starts: np.ndarray, ends: np.ndarray, *,
                   groups: np.ndarray) -> dict[int, list]:
     """The value cells, as text in time order, of the given groups: read again, they are rare."""
     if not len(groups):

@@ -128,7 +128,7 @@ def exit_reason(exitcode: int | None) -> str:
     return f"worker exited with code {exitcode} before returning a result"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Worker:
     process: Any
     conn: Any
@@ -154,7 +154,7 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, workers: int = 2, jobs_per_worker: int = 1, timeout: float = 300.0,
-                 max_memory_mib: float | None = None, retries: int = 1, poll_interval: float = 0.05) -> None:
+                 max_memory_mib: float | None = None, *, retries: int = 1, poll_interval: float = 0.05) -> None:
         self.workers = max(1, workers)
         self.jobs_per_worker = max(1, jobs_per_worker)
         self.timeout = timeout
@@ -417,8 +417,8 @@ class _Supervisor:
         process.start()
         writer.close()
         now = time.monotonic()
-        self._running[reader] = _Worker(process, reader, batch, now + self.executor.timeout, stderr_path=stderr_path,
-                                        measured=now)
+        self._running[reader] = _Worker(process=process, conn=reader, batch=batch, deadline=now + self.executor.timeout,
+                                        stderr_path=stderr_path, measured=now)
 
     def _collect(self, worker: _Worker, found: list) -> None:
         """Put the outcomes the worker has sent, queue the tasks it sent elsewhere; each moves its deadline on."""

@@ -130,7 +130,7 @@ def parse(text: str) -> Method | None:
     return method
 
 
-def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method: Method,
+def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method: Method, *,
            observed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(alert, score, judged by the likelihood, rule) per point, from every point's residual in time order.
 
@@ -160,7 +160,7 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     return alert, score, judged, np.where(alert, rule, 0).astype(np.uint8)
 
 
-def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method: Method,
+def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method: Method, *,
              first: np.ndarray | None = None) -> np.ndarray:
     """The likelihood's triggers: a score at or above the threshold where judged, else a critical point; the
     ensemble drops those within `tolerance` points of a trigger a `day` before. `first` as in onsets()."""

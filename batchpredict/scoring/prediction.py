@@ -11,7 +11,7 @@ from ..io import manifest
 from ..job import Job
 from ..result import Points, Result, Status
 from . import alerting, loading, scalers
-from .anomaly import point_stds, std_mode, verdicts
+from .anomaly import point_stds, verdicts
 from .features import scored_windows
 from .loading import load_model
 
@@ -49,7 +49,7 @@ def _score(job: Job, result: Result) -> None:
     params = job.params
     result.debug += [f"{note}; run in the TensorFlow pool" for note in job.notes]
     if job.sealed:  # before anything of the IP's is read
-        manifest.check(job.store, job.sealed, job.model, job.scaler, job.std)
+        manifest.check(job.store, job.sealed, job.model, job.scaler, std=job.std)
     scaler = _scaler(os.path.join(job.store, job.scaler), job.trust)
     result.debug.append(f"{job.ip}: {scaler.note}")
     model = load_model(os.path.join(job.store, job.model), job.engine, lean=LEAN, trust=job.trust)
@@ -60,8 +60,8 @@ def _score(job: Job, result: Result) -> None:
     if model.window is not None and model.window != window:
         result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")
         window = model.window
-    kind, count = std_mode(params.std)
-    method = alerting.parse(params.alert) if params.alerting else None
+    kind, count = job.std_mode
+    method: alerting.Method | None = job.method
     start = job.start()
     # --std rolling:N / mad:N and the alerting stage also score the points before the first one, for their
     # residuals only: each point's std and alert depend on that many points before it.
@@ -87,7 +87,8 @@ def _score(job: Job, result: Result) -> None:
     alert = score = judged = rule = None
     if method:
         alert, score, judged, rule = (a[keep] for a in alerting.alerts(residuals, severity == 2, job.std, method,
-                                                                         values))
+                                                                         observed=values))
     result.points = Points(np.asarray(job.labels)[positions[keep]], observed[keep], predicted[keep], stds[keep],
-                           lowers[:, keep], uppers[:, keep], anomaly[keep], severity[keep], rolled[keep],
-                           params.std, alert, score, judged, method.name if method else "", rule)
+                           lower=lowers[:, keep], upper=uppers[:, keep], anomaly=anomaly[keep],
+                           severity=severity[keep], rolled=rolled[keep], std_mode=params.std, alert=alert,
+                           score=score, judged=judged, method=method.name if method else "", rule=rule)

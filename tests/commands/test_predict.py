@@ -99,7 +99,7 @@ def test_jobs_start_before_the_table_is_read(base_store, tmp_path, monkeypatch):
         fh.write("10.9.9.9,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,"
                  "34,35,36,37,38,39,40,41\n")  # one field too many, at the very end
     table = Table(str(path))
-    jobs = Plan(table, Store(str(base_store)), Params(), "auto", Rows(Params().sigmas)).jobs_of(table.chunks())
+    jobs = Plan(table, Store(str(base_store)), Params(), engine="auto", rows=Rows(Params().sigmas)).jobs_of(table.chunks())
     assert next(jobs).ip == BASE_IPS[0]
     with pytest.raises(UsageError, match="Expected 41 fields in line 14, saw 42"):
         list(jobs)
@@ -193,8 +193,8 @@ def test_ten_thousand_ips_read_in_chunks_of_any_size_give_one_csv(tmp_path, monk
     for ip in [ip for ip, (status, _) in expected.items() if status == "ok"][::25]:
         model = next(p.name for p in (store / "model").iterdir() if p.name.rsplit(".", 1)[0] == ip)
         values = [float(v) if v not in ("", "n/a", "oops") else np.nan for v in text.loc[ip]]
-        result = run_job(Job(ip, list(text.columns), values, str(store), f"model/{model}", f"sc/{ip}.save",
-                             stds[ip]))
+        result = run_job(Job(ip=ip, labels=list(text.columns), values=values, store=str(store), model=f"model/{model}",
+                             scaler=f"sc/{ip}.save", std=stds[ip], std_mode=("store", 0), method=None))
         [row] = output.rows(result)
         got = frame.loc[ip]
         for column, cell in zip(output.columns((2.0, 4.0))[1:13], row[1:13]):

@@ -45,7 +45,8 @@ def test_journal_round_trip_and_torn_last_line(tmp_path):
     path = tmp_path / "j"
     journal = Journal(str(path), "fp")
     assert journal.open(resume=True) == {}
-    point = Point("t1", 3.0, 1.5, 0.25, (1.0, 0.5), (2.0, 2.5), True, Severity.CRITICAL)
+    point = Point(timestamp="t1", observed=3.0, predicted=1.5, std=0.25, lower=(1.0, 0.5), upper=(2.0, 2.5), anomaly=True,
+                  severity=Severity.CRITICAL)
     journal.append(Result(ip="a", status=Status.OK, points=[point, dataclasses.replace(point, timestamp="t2")]))
     journal.close(remove=False)
     with open(path, "a") as fh:

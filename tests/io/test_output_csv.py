@@ -172,8 +172,9 @@ def _result(labels: list[str], alerting: bool) -> Result:
     if alerting:
         alert, judged = rng.random(n) < 0.2, rng.random(n) < 0.7
         score = np.where(judged, rng.random(n), np.nan)  # as alerting.alerts gives it
-    points = Points(labels, observed, predicted, std, lowers, uppers, anomaly, severity, rng.random(n) < 0.5,
-                    "rolling:96", alert, score, judged, "likelihood" if alerting else "")
+    points = Points(labels, observed, predicted, std, lower=lowers, upper=uppers, anomaly=anomaly, severity=severity,
+                    rolled=rng.random(n) < 0.5, std_mode="rolling:96", alert=alert, score=score, judged=judged,
+                    method="likelihood" if alerting else "")
     return Result(ip="10.0.0.1", model='model/a "b", c.h5', error="", points=points, attempts=1, duration_ms=12.34,
                   worker_pid=77, worker_peak_rss_mib=45.67)
 

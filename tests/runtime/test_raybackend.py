@@ -65,7 +65,8 @@ def test_default_shards_give_every_slot_several():
 
 def test_store_missing_on_the_node_fails_the_shard_clearly(tmp_path):
     gone = str(tmp_path / "not-mounted")
-    jobs = [Job(ip, ["t0"], [1.0] * 30, gone, f"model/{ip}.h5", f"sc/{ip}.save", 1.0) for ip in BASE_IPS[:3]]
+    jobs = [Job(ip=ip, labels=["t0"], values=[1.0] * 30, store=gone, model=f"model/{ip}.h5", scaler=f"sc/{ip}.save",
+                std=1.0, std_mode=("store", 0), method=None) for ip in BASE_IPS[:3]]
     outcomes = run_shard(run_job, jobs, {"workers": 1})
     assert [o.ip for o in outcomes] == BASE_IPS[:3]
     assert {o.status for o in outcomes} == {Status.LOAD_ERROR}

@@ -153,7 +153,7 @@ def ensemble(values: np.ndarray, residuals: np.ndarray | None = None, method: Me
     """(alert, rule) of every point after the first two days (where the first job a series shows is new to it),
     the residuals (default a well-behaved model's noise) judged beside."""
     residuals = noise(len(values), seed=9) * 0.01 if residuals is None else residuals
-    alert, _, _, rule = alerts(residuals, np.abs(residuals) > 0.04, 0.01, method, values)
+    alert, _, _, rule = alerts(residuals, np.abs(residuals) > 0.04, 0.01, method, observed=values)
     alert[:max(0, WARM - (len(values) - len(alert)))] = False
     return alert, rule
 
@@ -263,7 +263,7 @@ def test_a_spike_at_the_same_time_every_day_pages_on_its_first_day_only():
     for at in nights:
         residuals[at:at + 3] += 0.5
     values = np.full(len(residuals), 0.1)
-    alone = alerts(residuals, np.zeros(len(residuals), bool), 0.01, DEFAULT, values)[0]
+    alone = alerts(residuals, np.zeros(len(residuals), bool), 0.01, DEFAULT, observed=values)[0]
     paged = alone.nonzero()[0]
     assert len(paged) == len(nights) and all(at <= p < at + 3 for p, at in zip(paged, nights, strict=True))
     together, rule = ensemble(values, residuals)

@@ -27,7 +27,7 @@ from batchpredict.runtime.executor import LocalExecutor
 
 def jobs_of(store, tmp_path, ips, engine="auto"):
     table = Table(str(wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})))
-    plan = Plan(table, Store(str(store)), Params(), engine, Rows(Params().sigmas))
+    plan = Plan(table, Store(str(store)), Params(), engine=engine, rows=Rows(Params().sigmas))
     return [job for job in plan.jobs_of(table.chunks()) if job]
 
 

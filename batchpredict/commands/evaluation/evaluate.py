@@ -11,12 +11,13 @@ import pandas as pd
 
 from ...errors import UsageError
 from ...io.files import write_atomic
-from ...io.output import aligned, write_rows
+from ...io.output import ALERT_COLUMNS, aligned, write_rows
 from ...io.table import Series, read_table
 from ...job import Params
 from ...result import Status
 from ...scoring import alerting
 from ..report import read_results
+from ..verdict import Verdict
 from . import BASELINES
 from .baseline import zscore_points
 from .labels import NAT, Labels, parse_times, read_labels
@@ -47,7 +48,7 @@ def thresholds_of(sigmas: tuple[float, float], sweep: list[float] | None) -> lis
 
 
 def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = None, sweep: list[float] | None = None,
-             baseline: str | None = None, data: str | None = None, layout: str | None = None,
+             *, baseline: str | None = None, data: str | None = None, layout: str | None = None,
              params: Params = Params(), after: str | None = None, judged: str = "anomaly") -> Evaluation:
     """Read the results and labels, score each detector at each threshold. UsageError for unusable input.
 
@@ -121,7 +122,7 @@ def _alerts(points: pd.DataFrame, threshold: float, method: str) -> np.ndarray:
     starts = np.flatnonzero(np.diff(code, prepend=-1))
     first = np.repeat(starts, np.diff(np.append(starts, len(code))))
     trigger = alerting.triggers(value, ~np.isnan(value), (points["severity"] == "critical").to_numpy(),
-                                replace(found, threshold=threshold), first)
+                                replace(found, threshold=threshold), first=first)
     alerts = alerting.onsets(trigger, found.rest, first)
     if found.name != alerting.ENSEMBLE:
         return alerts
@@ -136,7 +137,7 @@ def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str], alert: boo
     if not scored.all():
         warnings.append(f"{int((~scored).sum())} rows of {path} were not scored (status other than ok); "
                         f"left out")
-    columns = ["ip", "timestamp", "observed", "predicted", "std", "severity"] + [ALERT, "score", "alert_source"] * alert
+    columns = ["ip", "timestamp", "observed", "predicted", "std", "severity"] + ALERT_COLUMNS * alert
     return frame.loc[scored, columns].reset_index(drop=True)
 
 
@@ -203,6 +204,11 @@ def _threshold(value: float, level: str) -> str:
 
 def _num(value: float, digits: int) -> str:
     return "" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def verdict(results: str, labels: str, written: list[str]) -> Verdict:
+    return Verdict(line=f"batchpredict evaluate: {results} against {labels}"
+                        + (f" -> {', '.join(written)}" if written else ""), fields={"event": "evaluate"})
 
 
 def write(evaluation: Evaluation, prefix: str) -> list[str]:

@@ -29,8 +29,9 @@ _MODELS = ("warmup.h5", "warmup.keras")
 
 def _warm_up() -> None:
     for model in _MODELS:
-        prediction.run_job(Job("warm-up", [str(i) for i in range(30)], [float(i % 7) for i in range(30)], _WARMUP,
-                           model, "warmup.save", 1.0))
+        prediction.run_job(Job(ip="warm-up", labels=[str(i) for i in range(30)],
+                               values=[float(i % 7) for i in range(30)], store=_WARMUP, model=model,
+                               scaler="warmup.save", std=1.0, std_mode=("store", 0), method=None))
 
 
 # In a weights cache of its own: the misses (HDF5, zipfile, the cache's write) in a child, then the hits here.

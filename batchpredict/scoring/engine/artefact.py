@@ -61,7 +61,8 @@ def read(path: str) -> Artefact:
         if "model_config" not in h5.attrs:
             raise JobError(Status.LOAD_ERROR, f"{name}: weights-only HDF5 (no model config, keras_version "
                                               f"{version or 'none'}); save the whole model with model.save()")
-        return _artefact(name, "h5", version, h5.attrs["model_config"], lambda: _H5Weights(h5["model_weights"]))
+        return _artefact(name, "h5", version, h5.attrs["model_config"],
+                         weights=lambda: _H5Weights(h5["model_weights"]))
 
 
 def _read_zip(path: str, name: str) -> Artefact:
@@ -83,10 +84,10 @@ def _read_zip(path: str, name: str) -> Artefact:
     except (ValueError, AttributeError, OSError) as exc:
         raise Unsupported(f"{name}: unreadable metadata.json or model.weights.h5 ({first_line(exc)})") from None
     with h5:
-        return _artefact(name, "keras", version, config, lambda: _ZipWeights(h5.get("layers")))
+        return _artefact(name, "keras", version, config, weights=lambda: _ZipWeights(h5.get("layers")))
 
 
-def _artefact(name: str, kind: str, version: str, config: Any, weights: Any) -> Artefact:
+def _artefact(name: str, kind: str, version: str, config: Any, *, weights: Any) -> Artefact:
     major = _major(kind, version)
     with keras1.reasons(major):
         try:

@@ -16,7 +16,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import zlib
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy as np
 import orjson
 
 from ...errors import BatchPredictError
+from ...io.files import replaced
 from .artefact import Artefact, read
 from .spec import LayerSpec
 
@@ -95,17 +95,9 @@ def write(entry: str, artefact: Artefact) -> None:
     header = json.dumps({"kind": artefact.kind, "keras_version": artefact.keras_version, "major": artefact.major,
                          "input_shape": list(artefact.input_shape), "layers": layers, "size": len(payload),
                          "crc32": zlib.crc32(payload)}).encode()
-    folder = os.path.dirname(entry)
-    os.makedirs(folder, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(MAGIC + len(header).to_bytes(_LENGTH, "little") + header + payload)
-        os.replace(temporary, entry)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    # Not fsynced: an entry a crash leaves short fails its CRC, is a miss, and is written again.
+    with replaced(entry, durable=False) as temporary, open(temporary, "wb") as out:
+        out.write(MAGIC + len(header).to_bytes(_LENGTH, "little") + header + payload)
 
 
 def _read(entry: str) -> Artefact | None:

@@ -40,7 +40,7 @@ def _gate_activations(spec: LayerSpec, major: int) -> tuple[activations.Activati
             activations.of(spec, "recurrent_activation", "sigmoid", major))
 
 
-def _layer(spec: LayerSpec, shape: Shape, units: int, over_time: OverTime, note: str = "") -> Step:
+def _layer(spec: LayerSpec, shape: Shape, units: int, over_time: OverTime, *, note: str = "") -> Step:
     """A recurrent layer from its `over_time`: each timestep's output (units, batch) from each timestep's
     input (features, batch), valid until the next is asked for.
 
@@ -50,13 +50,13 @@ def _layer(spec: LayerSpec, shape: Shape, units: int, over_time: OverTime, note:
     backwards, sequences = spec.config.get("go_backwards", False), spec.config.get("return_sequences", False)
 
     def call(x: np.ndarray) -> np.ndarray:
-        return stepped([over_time], x, sequences, backwards, str(spec))
+        return stepped([over_time], x, sequences, backwards, where=str(spec))
 
     label = f"{spec.class_name}({units}{', go_backwards' if backwards else ''}{note})"
     return Step(call, (shape[0], units) if sequences else (units,), label, None if backwards else over_time, True)
 
 
-def stepped(over_times: list[OverTime], x: np.ndarray, sequences: bool, backwards: bool = False, where: str = ""
+def stepped(over_times: list[OverTime], x: np.ndarray, sequences: bool, backwards: bool = False, *, where: str = ""
             ) -> np.ndarray:
     """Layers' `over_time`s chained over the timesteps of x (batch, timesteps, features), each timestep passed
     on as (features, batch): (batch, timesteps, units) for a sequence, else the last output, (batch, units).
@@ -179,7 +179,7 @@ def gru(spec: LayerSpec, shape: Shape, major: int) -> Step:
         return h, (h,)
 
     return _layer(spec, shape, units, _cell_over_time(units, _projection(kernel, input_bias), cell, 1),
-                  "" if reset_after else ", reset_after=False")
+                  note="" if reset_after else ", reset_after=False")
 
 
 def simple_rnn(spec: LayerSpec, shape: Shape, major: int) -> Step:
