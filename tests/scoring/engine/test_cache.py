@@ -12,7 +12,7 @@ from conftest import SHARED
 
 from batchpredict.scoring.engine import artefact, cache, load
 
-MODELS = Path(__file__).parents[2] / "models" / "model"
+MODELS = Path(__file__).parents[3] / "models" / "model"
 REAL = SHARED / "fixtures" / "real-models"
 
 
