@@ -62,8 +62,9 @@ def test_the_alerting_columns_name_the_method_the_rules_and_the_std_mode():
 
 def test_a_rule_names_an_alert_only_where_it_raised_one():
     """A rule code on a point without an alert leaves it the method's; without rule codes every judged point is."""
-    columns = Points(["a", "b", "c"], [1, 2, 3], [1, 2, 3], [1, 1, 1], [0, 0, 0], [9, 9, 9], [False] * 3, [0] * 3,
-                     alert=[True, False, True], score=[0.9, 0.1, 0.8], judged=[True, True, False], method="zscore",
+    columns = Points(["a", "b", "c"], [1, 2, 3], [1, 2, 3], [1, 1, 1], lower=[0, 0, 0], upper=[9, 9, 9],
+                     anomaly=[False] * 3, severity=[0] * 3, alert=[True, False, True], score=[0.9, 0.1, 0.8],
+                     judged=[True, True, False], method="zscore",
                      rule=[RULES.index("quiet"), RULES.index("seasonal"), 0])
     assert columns.alert_sources().tolist() == ["quiet", "zscore", "severity"]
     columns.rule = None
@@ -71,8 +72,8 @@ def test_a_rule_names_an_alert_only_where_it_raised_one():
 
 
 def test_a_point_not_judged_has_no_score_whatever_its_column_holds():
-    columns = Points(["a"], [1.0], [1.0], [1.0], [0.0], [2.0], [False], [0], alert=[False], score=[0.7],
-                     judged=[False], method="ensemble")
+    columns = Points(["a"], [1.0], [1.0], [1.0], lower=[0.0], upper=[2.0], anomaly=[False], severity=[0],
+                     alert=[False], score=[0.7], judged=[False], method="ensemble")
     (only,) = columns
     assert only.score is None and only.alert is False and only.alert_source == "severity"
 
