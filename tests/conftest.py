@@ -20,7 +20,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from batchpredict import RunOptions, predict_table
-from batchpredict.scoring.features import split_window
+from batchpredict.scoring.features import scored_windows
 
 HERE = Path(__file__).parent
 # Every worker a test starts inherits this: the weights cache of the run, never the user's own.
@@ -46,6 +46,11 @@ def series_for(ip: str, length: int = 40) -> np.ndarray:
     rng = np.random.default_rng(sum(map(ord, ip)))
     t = np.arange(length)
     return np.round(100 + 20 * np.sin(t / 4) + rng.normal(0, 2, length), 3)
+
+
+def last_window(values: np.ndarray, window: int = 20, rolling: int = 5) -> np.ndarray:
+    """The window of smoothed values a run feeds the model for the series' last point, as run_job cuts it."""
+    return scored_windows(values, rolling, window, len(values) - 1)[1][-1]
 
 
 def weights_for(ip: str, window: int = 20) -> list[float]:
@@ -136,7 +141,7 @@ def formats_store(tmp_path_factory):
     for i, (ip, (fmt, window)) in enumerate(FORMATS.items()):
         scaler = SCALERS[i % len(SCALERS)]().fit(series_for(ip).reshape(-1, 1))
         write_scaler(store, ip, scaler)
-        inputs, _ = split_window(series_for(ip), 5, window or 20)
+        inputs = last_window(series_for(ip), window or 20)
         items.append({"ip": ip, "kind": "lambda-lstm" if fmt == "keras" else "lstm", "format": fmt, "window": window,
                       "seed": i,
                       "input": scaler.transform(inputs.reshape(-1, 1)).ravel().tolist()})

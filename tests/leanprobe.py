@@ -71,3 +71,26 @@ def handler(task: Task) -> Outcome:
         open(task.ip, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
     return Outcome(ip=task.ip, error=f"lean={prediction.LEAN}")
+
+
+def describe_worker(conn) -> None:  # noqa: ANN001 - a multiprocess Connection
+    """Sends back what the process it runs in is: its pid and its parent's, its pool, what it has imported,
+    its main module's file, its folder and the environment its forkserver set."""
+    conn.send({"pid": os.getpid(), "ppid": os.getppid(), "lean": prediction.LEAN, "modules": sorted(sys.modules),
+               "main": getattr(sys.modules["__main__"], "__file__", None), "cwd": os.getcwd(),
+               "env": {k: os.environ.get(k) for k in ENVIRONMENT}})
+    conn.close()
+
+
+# What batchpredict/runtime/preload/__init__.py sets (with setdefault) for every worker.
+ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def wait_for(path: str) -> None:
+    """Returns once `path` exists (a test's go-ahead), or exits 2 after 30 s."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            os._exit(2)
+        time.sleep(0.005)

@@ -43,12 +43,6 @@ def scored_windows(values: np.ndarray, rolling: int, window: int, start: int
     return ends - 1, smoothed[:, :-1], smoothed[:, -1]
 
 
-def split_window(values: np.ndarray, rolling: int, window: int) -> tuple[np.ndarray, float]:
-    """(inputs, observed) of the last point: the `window` smoothed values before it, and its own."""
-    _, inputs, observed = scored_windows(values, rolling, window, len(values) - 1)
-    return inputs[0], float(observed[0])
-
-
 def _numeric(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     raw = np.asarray(values, dtype=float)
     numeric = ~np.isnan(raw)

@@ -2,12 +2,19 @@ import numpy as np
 import pytest
 
 from batchpredict.errors import JobError
-from batchpredict.scoring.features import rolling_series, scored_windows, split_window
+from batchpredict.scoring.features import rolling_series, scored_windows
+
+
+def last_point(values, rolling, window):
+    """(inputs, observed) of the series' last point: what a run scoring only that point (--points 1) is given."""
+    positions, inputs, observed = scored_windows(values, rolling, window, len(values) - 1)
+    assert positions.tolist() == [len(values) - 1]
+    return inputs[0], float(observed[0])
 
 
 def test_original_script_indexing_with_exactly_window_plus_rolling_values():
     values = np.arange(25, dtype=float)
-    inputs, observed = split_window(values, rolling=5, window=20)
+    inputs, observed = last_point(values, rolling=5, window=20)
     smoothed = [values[i - 4:i + 1].mean() for i in range(4, 25)]  # s.rolling(5).mean()[4:]
     assert np.allclose(inputs, smoothed[0:20])
     assert observed == smoothed[20]
@@ -15,7 +22,7 @@ def test_original_script_indexing_with_exactly_window_plus_rolling_values():
 
 def test_longer_series_uses_the_last_window():
     values = np.arange(40, dtype=float)
-    inputs, observed = split_window(values, rolling=5, window=20)
+    inputs, observed = last_point(values, rolling=5, window=20)
     assert observed == np.mean(values[-5:])
     assert inputs[-1] == np.mean(values[-6:-1]) and len(inputs) == 20
 
@@ -31,7 +38,7 @@ def test_nan_in_rolling_mean_is_filled_with_raw_mean():
 @pytest.mark.parametrize("values", [np.arange(24.0), np.full(30, np.nan)])
 def test_insufficient(values):
     with pytest.raises(JobError) as err:
-        split_window(values, rolling=5, window=20)
+        scored_windows(values, rolling=5, window=20, start=len(values) - 1)
     assert err.value.status == "insufficient_data"
 
 
@@ -48,11 +55,11 @@ def test_rolling_mean_is_pandas_rolling_mean(rolling):
 
 
 def one_point_runs(values, rolling, window, start):
-    """What split_window gives on the series cut off at each point from `start` on: the reference."""
+    """What the last point of the series cut off at each point from `start` on is given: the reference."""
     found = []
     for end in range(start, len(values)):
         try:
-            found.append((end, *split_window(values[:end + 1], rolling, window)))
+            found.append((end, *last_point(values[:end + 1], rolling, window)))
         except JobError:
             continue
     return found

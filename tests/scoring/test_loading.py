@@ -13,6 +13,7 @@ from conftest import (
     FORMATS,
     SHARED,
     build_models,
+    last_window,
     series_for,
     wide_table,
     write_scaler,
@@ -23,7 +24,6 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from batchpredict import RunOptions, predict_table
 from batchpredict.errors import JobError
-from batchpredict.scoring.features import split_window
 from batchpredict.scoring.loading import describe, load_scaler
 
 # what the debug log must say each was read with, by engine; auto takes numpy where it can
@@ -131,7 +131,7 @@ def real_store(tmp_path_factory):
             write_scaler(store, ip, MinMaxScaler().fit(data[ip].reshape(-1, 1)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the real scaler's version and feature-name warnings
-            inputs = split_window(data[ip], 5, window or 20)[0]
+            inputs = last_window(data[ip], window or 20)
             x = joblib.load(store / "sc" / f"{ip}.save").transform(inputs.reshape(-1, 1))
         references.append({"key": ip, "path": str(REAL / name), "runtime": runtime, "input": x.ravel().tolist()})
     write_stds(store, {ip: 1.0 for ip in data})

@@ -1,5 +1,5 @@
 """The weights cache: a model read once is read again without HDF5, with the same numbers, and a bad entry
-is a miss, never a wrong model. And on the same models, files: stacked layers stepped together over time."""
+is a miss, never a wrong model."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ from conftest import SHARED
 
 from batchpredict.scoring.engine import artefact, cache, load
 
-MODELS = Path(__file__).parents[2] / "models" / "model"
+MODELS = Path(__file__).parents[3] / "models" / "model"
 REAL = SHARED / "fixtures" / "real-models"
 
 
@@ -112,16 +112,3 @@ def test_a_missing_or_unreadable_file_gets_the_readers_error(folder, tmp_path):
     with pytest.raises(type(direct.value), match="none.h5"):
         load(str(tmp_path / "none.h5"))
 
-
-@pytest.mark.parametrize("path", model_files(), ids=lambda p: p.name)
-def test_layers_stepped_together_give_what_they_give_one_after_another(path):
-    """model.predict runs a stack of recurrent layers in step over time; each layer's own call on the whole
-    sequence, one after another, is the reference."""
-    if not runnable(path):
-        pytest.skip("a model the numpy engine does not run")
-    model = load(str(path))
-    x = np.random.default_rng(1).normal(size=(9, *[d or 20 for d in model.input_shape[1:]])).astype(np.float32)
-    y = x
-    for step in model._steps:
-        y = step.call(y)
-    np.testing.assert_allclose(model.predict(x), y, rtol=1e-6, atol=1e-7)

@@ -1,7 +1,7 @@
 """The numpy engine against the runtimes that saved each model: tf_keras (Keras 2) and keras (Keras 3).
 
 tests/enginegen.py saves the models and records their runtimes' predictions, in one subprocess per
-session; this process never imports TensorFlow. test_engine_errors.py covers hand-made files.
+session; this process never imports TensorFlow. test_refusals.py covers hand-made files.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from batchpredict.result import Status
 from batchpredict.scoring.engine import NumpyModel, load
 from batchpredict.scoring.engine.artefact import read
 
-HERE = Path(__file__).resolve().parents[1]  # tests/, where enginegen.py lives
+HERE = Path(__file__).resolve().parents[2]  # tests/, where enginegen.py lives
 REAL = SHARED / "fixtures" / "real-models"
 REAL_MISSING = (f"needs {REAL} (the team's shared folder beside the repository, or set BATCHPREDICT_SHARED "
                 "to a copy of it)")
