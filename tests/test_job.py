@@ -15,7 +15,8 @@ from batchpredict.result import Result, Status
 
 def job(values: int = 10, **fields: object) -> Job:
     return Job(ip="10.0.0.1", labels=[f"t{i}" for i in range(values)], values=[float(i) for i in range(values)],
-               store="/store", model="model/10.0.0.1.h5", scaler="sc/10.0.0.1.save", std=1.5, **fields)
+               store="/store", model="model/10.0.0.1.h5", scaler="sc/10.0.0.1.save", std=1.5,
+               **{"std_mode": ("store", 0), "method": None, **fields})
 
 
 @pytest.mark.parametrize(("first", "start"), [(-1, 9), (-3, 7), (-10, 0), (-25, 0), (0, 0), (4, 4), (12, 12)])

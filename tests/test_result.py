@@ -15,7 +15,7 @@ from batchpredict.status import Severity, Status
 def point(timestamp: str, observed: float, **fields: object) -> Point:
     values = {"predicted": observed - 1.0, "std": 0.5, "lower": (observed - 2.0, observed - 3.0),
               "upper": (observed + 2.0, observed + 3.0), "anomaly": False, "severity": Severity.NORMAL}
-    return Point(timestamp, observed, **{**values, **fields})
+    return Point(timestamp=timestamp, observed=observed, **{**values, **fields})
 
 
 # A night with the alerting stage: a point judged by the method, one alerted by a value rule, one with too
