@@ -207,6 +207,9 @@ def points_options() -> Parser:
                             f"event, at its onset, and a `score` in [0, 1] (default {Params.alert}: Numenta's "
                             "anomaly likelihood on the residuals; a new extreme, a quiet day or a value new to "
                             "its hour; likelihood: the first alone; severity: onsets of critical runs; none: off)")
+    group.add_argument("--history", default=None, metavar="DIR",
+                       help="keep each IP's recent values and the model's predictions in DIR between nights, so "
+                            "the table needs only the buckets to score and --window + --rolling before them")
     return parent
 
 

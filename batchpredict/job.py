@@ -58,6 +58,7 @@ class RunOptions:
     engine: str = "auto"            # one of ENGINES
     trust_store: bool = False       # let store files run code: any pickle, Keras Lambda layers (--trust-store)
     allow_unsealed: bool = False    # a store with a manifest.json may have IPs it does not list
+    history: str | None = None      # the folder of each IP's values and predictions kept between nights
 
 
 @dataclass(kw_only=True)
@@ -78,6 +79,7 @@ class Job:
     first: int = -1  # the index of the first point to score; negative counts from the end
     trust: bool = False  # RunOptions.trust_store: the store's files may run code
     sealed: dict | None = None  # the IP's manifest.json entry, checked before its files are read
+    history: str | None = None  # RunOptions.history: the folder its worker reads and writes the IP's history in
     # params.std and params.alert as the coordinator parsed them, once for the run (predict.check_params).
     std_mode: tuple[str, int]
     method: Any  # a scoring.alerting.Method (a type of the layer above); None where the job gives no alerts

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
 import resource
 import signal
 import sys
@@ -68,12 +69,13 @@ class Plan:
     """
 
     def __init__(self, table: Table, store: Store, params: Params, *, engine: str, rows: output.Rows,
-                 trust: bool = False, allow_unsealed: bool = False, parsed: Parsed | None = None) -> None:
+                 trust: bool = False, allow_unsealed: bool = False, parsed: Parsed | None = None,
+                 history: str | None = None) -> None:
         if engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         self.std_mode, self.method = parsed or check_params(params)  # for every job: none parses them again
         self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
-        self.trust, self.allow_unsealed = trust, allow_unsealed  # RunOptions', for every job
+        self.trust, self.allow_unsealed, self.history = trust, allow_unsealed, history  # RunOptions', for every job
         self.done: dict[str, Result] = {}
         self.running: dict[str, int] = {}  # IP -> table position of each job handed out and not finished
         self.jobs = 0      # handed out
@@ -152,7 +154,7 @@ class Plan:
         return Job(ip=series.ip, labels=series.labels, values=series.values.tolist(), store=self.store.root,
                    model=found.model, scaler=found.scaler, std=found.std, params=self.params, engine=self.engine,
                    pool=pool, first=self.first(series), trust=self.trust, sealed=sealed, std_mode=self.std_mode,
-                   method=self.method)
+                   method=self.method, history=self.history)
 
 
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(), *,
@@ -210,16 +212,19 @@ def _run(data: str, models: str, out: str | None, params: Params, *, options: Ru
         stack.enter_context(_signals_raise())
         if out:  # before anything is read: a second run on the same output exits 75 at once
             stack.enter_context(Lock(out + ".lock"))
+        if options.history:  # each worker writes its IP's file there: one run at a time
+            stack.enter_context(Lock(os.path.join(options.history, ".lock")))
         store = Store(models)
         table = Table(data, options.layout)
         chunks = table.chunks()
         first = next(chunks)  # an unreadable or empty table stops the run before anything is written
         executor = make_executor(options)
         plan = Plan(table, store, params, engine=options.engine, rows=rows, trust=options.trust_store,
-                    allow_unsealed=options.allow_unsealed, parsed=parsed)
+                    allow_unsealed=options.allow_unsealed, parsed=parsed, history=options.history)
         journal = None
         if out:
-            settings = {"params": dataclasses.asdict(params), "layout": options.layout}
+            settings = {"params": dataclasses.asdict(params), "layout": options.layout,
+                        **({"history": options.history} if options.history else {})}
             journal = Journal(out + ".journal", fingerprint(data, models, settings))
             plan.done = journal.open(options.resume)
             stack.callback(journal.close, remove=False)

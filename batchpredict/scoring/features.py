@@ -19,34 +19,39 @@ def rolling_series(values: np.ndarray, rolling: int) -> np.ndarray:
     return smoothed
 
 
-def scored_windows(values: np.ndarray, rolling: int, window: int, start: int
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def scored_windows(values: np.ndarray, rolling: int, window: int, start: int, *,
+                   before: tuple[float, int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, inputs, observed) of every point from index `start` on that has `window` smoothed
     values before it: its index in `values`, those values (one row per point) and its own smoothed
     value.
 
     Each point sees what a run on the series cut off at that point would see: a NaN of the rolling
-    mean is filled with the mean of the raw values up to the point, not of the whole series.
+    mean is filled with the mean of the raw values up to the point, not of the whole series. `before`:
+    the sum and count of the numeric values the series began with before `values` (a night's history).
     """
-    raw, numeric = _numeric(values)
+    raw, numeric = _numeric(values, known=before is not None and before[1] > 0)
     means = _rolling_means(raw, rolling)
     ends = np.arange(max(window, start - rolling + 1), len(means)) + rolling  # each cut's length
     if not len(ends):
         raise JobError(Status.INSUFFICIENT_DATA,
                        f"{len(raw)} values give {len(means)} smoothed points; need {window + 1} "
                        f"(window {window} + 1 observed, rolling {rolling})")
-    counts = np.cumsum(numeric)[ends - 1]
+    counts = np.cumsum(numeric)[ends - 1] + (before[1] if before else 0)
     ends, counts = ends[counts > 0], counts[counts > 0]  # a cut with no number at all is not scored
-    fills = np.cumsum(np.where(numeric, raw, 0.0))[ends - 1] / counts
+    numbers = np.where(numeric, raw, 0.0)
+    # Summed in order from the earlier sum: the float a run over the whole series gets.
+    sums = np.cumsum(numbers) if before is None else np.cumsum(np.concatenate([[before[0]], numbers]))[1:]
+    fills = sums[ends - 1] / counts
     smoothed = means[(ends - rolling)[:, None] + np.arange(-window, 1)]
     smoothed = np.where(np.isnan(smoothed), fills[:, None], smoothed)
     return ends - 1, smoothed[:, :-1], smoothed[:, -1]
 
 
-def _numeric(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _numeric(values: np.ndarray, known: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The values as floats and where they are numbers; none at all (nor `known` before them) is no data."""
     raw = np.asarray(values, dtype=float)
     numeric = ~np.isnan(raw)
-    if not numeric.any():
+    if not numeric.any() and not known:
         raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
     return raw, numeric
 

@@ -10,10 +10,10 @@ from ..errors import JobError, Unsupported, first_line
 from ..io import manifest
 from ..job import Job
 from ..result import Points, Result, Status
-from . import alerting, loading, scalers
+from . import alerting, loading, nights, scalers
 from .anomaly import point_stds, verdicts
 from .features import scored_windows
-from .loading import load_model
+from .loading import LoadedModel, load_model
 
 # True in workers forked from the lean forkserver (preload/lean.py): no TensorFlow, no scikit-learn
 # to fall back on, so a job that needs either is sent back to run in the TensorFlow pool.
@@ -62,23 +62,26 @@ def _score(job: Job, result: Result) -> None:
         window = model.window
     kind, count = job.std_mode
     method: alerting.Method | None = job.method
-    start = job.start()
+    joined, current = _joined(job, result, window=window, engine=model.engine)
+    start = joined.offset + job.start()
     # --std rolling:N / mad:N and the alerting stage also score the points before the first one, for their
     # residuals only: each point's std and alert depend on that many points before it.
     history = max(count, method.history() if method else 0)
     # The ensemble's value rules look further back, at the observed values only: no model call for those.
     reach = max(history, method.value_history() if method else 0)
-    positions, inputs, values = scored_windows(np.asarray(job.values, dtype=float), params.rolling, window,
-                                               max(0, start - reach))
+    positions, inputs, values = scored_windows(joined.values, params.rolling, window, max(0, start - reach),
+                                               before=joined.before)
     modelled = int(np.searchsorted(positions, start - history))
     positions, inputs, observed = positions[modelled:], inputs[modelled:], values[modelled:]
-    # Every point's window in one call: the model, the scaler and the arithmetic are per row.
-    x = scaler.transform(inputs.reshape(-1)).reshape(len(positions), window, 1).astype(np.float32)
-    raw = np.asarray(model.predict(x), dtype=float).reshape(len(positions), -1)
-    predicted = scaler.inverse_transform(raw)[:, 0]
-    finite = np.isfinite(predicted)
-    if not finite.all():
-        raise JobError(Status.ERROR, f"model returned {predicted[~finite][0]} for a finite window")
+    # The history's predictions where it holds them all from the first point modelled to the table's start.
+    known = joined.offset - int(positions[0]) if len(positions) else 0
+    stored = joined.stored[len(joined.stored) - known:] if joined.stored is not None and 0 < known <= len(
+        joined.stored) else np.empty(0)
+    predicted = np.concatenate([stored, _predicted(model, scaler, inputs[len(stored):],
+                                                   padded=len(positions) > 1 or history > 0)])
+    if job.history:
+        result.debug.append(f"{job.ip}: history: {joined.offset} values before the table, {len(stored)} of "
+                            f"{len(predicted)} predictions kept from the night before")
     residuals = observed - predicted
     stds, rolled = point_stds(residuals, job.std, kind, count)
     # Every point's bands and verdict, the history's too: the alerting stage falls back on its critical ones.
@@ -88,7 +91,54 @@ def _score(job: Job, result: Result) -> None:
     if method:
         alert, score, judged, rule = (a[keep] for a in alerting.alerts(residuals, severity == 2, job.std, method,
                                                                          observed=values))
-    result.points = Points(np.asarray(job.labels)[positions[keep]], observed[keep], predicted[keep], stds[keep],
+    if job.history:
+        _leave(job, job.history, joined, predicted=predicted, current=current,
+               keep=reach + window + params.rolling + len(observed[keep]))
+    result.points = Points(np.asarray(joined.labels)[positions[keep]], observed[keep], predicted[keep], stds[keep],
                            lower=lowers[:, keep], upper=uppers[:, keep], anomaly=anomaly[keep],
                            severity=severity[keep], rolled=rolled[keep], std_mode=params.std, alert=alert,
                            score=score, judged=judged, method=method.name if method else "", rule=rule)
+
+
+# Windows predicted in one call, padded to a multiple of this many: BLAS computes the rows of a partial block
+# otherwise than those of a whole one, so without it a window's prediction would depend on how many came with
+# it, and a night continued from its history (--history) would differ in the last bits from one run whole.
+_BATCH_ROWS = 32
+
+
+def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedScaler, inputs: np.ndarray, *,
+               padded: bool) -> np.ndarray:
+    """The model's prediction after each window, every window in one call: the model, the scaler and the
+    arithmetic are per row. `padded` where the job's windows are more than its one scored point's."""
+    if not len(inputs):
+        return np.empty(0)
+    window = inputs.shape[1]
+    x = scaler.transform(inputs.reshape(-1)).reshape(len(inputs), window, 1).astype(np.float32)
+    pad = -len(x) % _BATCH_ROWS if padded else 0
+    if pad:
+        x = np.concatenate([x, np.zeros((pad, window, 1), np.float32)])
+    raw = np.asarray(model.predict(x), dtype=float).reshape(len(x), -1)[:len(inputs)]
+    predicted = scaler.inverse_transform(raw)[:, 0]
+    finite = np.isfinite(predicted)
+    if not finite.all():
+        raise JobError(Status.ERROR, f"model returned {predicted[~finite][0]} for a finite window")
+    return predicted
+
+
+def _joined(job: Job, result: Result, *, window: int, engine: str) -> tuple[nights.Joined, str]:
+    """The IP's series (with its history, under --history) and what its predictions depend on."""
+    if not job.history:
+        return nights.Joined(labels=job.labels, values=np.asarray(job.values, dtype=float), before=None), ""
+    current = nights.key(job, window=window, engine=engine)
+    joined = nights.join(job, job.history, current)
+    if joined.note:
+        result.log.append(f"{job.ip}: no history: {joined.note}; scored from the table alone")
+    return joined, current
+
+
+def _leave(job: Job, folder: str, joined: nights.Joined, *, predicted: np.ndarray, current: str, keep: int) -> None:
+    """The IP's history for the next night; a file that cannot be written fails the job, which says why."""
+    try:
+        nights.leave(job, folder, joined, keep=keep, predicted=predicted, current=current)
+    except OSError as exc:
+        raise JobError(Status.ERROR, f"history not written to {folder}: {exc.strerror or exc}") from None

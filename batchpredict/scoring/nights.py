@@ -1,0 +1,110 @@
+"""A night that continues the one before (`--history DIR`): the series tonight's table and the IP's history
+make together, the model's predictions the night before left for it, and what it leaves for the next.
+
+    history (values, predictions) ─┐
+                                   ├─► joined: the history's values before the table's first label, then
+    tonight's table (from its      │   the table (which wins where both hold a bucket)
+    first label on) ───────────────┘
+    stored predictions reused where the model, the scaler, the window and the engine are the same
+
+The joined series is the one a stateless run sees on a table that holds every bucket since DIR began, so
+every row is the same: the values, the fill of a missing value (the history's running sum and count), and
+the model's predictions (prediction.predicted pads every batch alike, so a window's prediction does not
+depend on the others computed with it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..io import history, manifest
+from ..job import Job
+
+
+@dataclass(frozen=True, kw_only=True)
+class Joined:
+    labels: list[str]
+    values: np.ndarray
+    before: tuple[float, int] | None  # sum and count of the numeric values before the first of `values`
+    offset: int = 0  # where the table begins in `values`: what came before is the history's
+    stored: np.ndarray | None = None  # the history's predictions of values[offset - len(stored):offset]
+    note: str = ""  # why the history was not used, for the log
+
+
+def key(job: Job, *, window: int, engine: str) -> str:
+    """What a prediction depends on besides the values: the model's and the scaler's files, the window, the
+    rolling mean and the engine."""
+    files = manifest.entry(job.store, job.model, job.scaler, job.std)["files"]
+    said = json.dumps({"files": files, "window": window, "rolling": job.params.rolling, "engine": engine},
+                      sort_keys=True)
+    return hashlib.sha256(said.encode()).hexdigest()
+
+
+def join(job: Job, folder: str, current: str) -> Joined:
+    """The IP's series with its history before it; the table alone where there is none that lines up."""
+    table = Joined(labels=job.labels, values=np.asarray(job.values, dtype=float), before=None)
+    path = history.path_of(folder, job.ip)
+    try:
+        kept = history.read(path)
+    except history.Unreadable as exc:
+        return _alone(table, f"{path}: {exc}")
+    if kept is None or not job.labels:
+        return table
+    start = _start(kept.labels, job.labels)
+    if start is None:
+        if kept.labels[0] in job.labels:  # the table reaches back further than the history: it has it all
+            return table
+        return _alone(table, f"{path}: its labels ({kept.labels[0]} ... {kept.labels[-1]}) do not line up with "
+                             f"the table's ({job.labels[0]} ...)")
+    stored = kept.predicted if kept.key == current and len(kept.predicted) else None
+    if stored is not None:  # the predictions of the history's values before the table's first label
+        first = len(kept.labels) - len(kept.predicted)
+        stored = stored[:max(0, start - first)] if start > first else None
+    return Joined(labels=kept.labels[:start] + job.labels, values=np.concatenate([kept.values[:start], table.values]),
+                  before=kept.before, offset=start, stored=stored)
+
+
+def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.ndarray, current: str) -> None:
+    """The IP's file for the next night: the last `keep` values (with the sum and count of those before
+    them) and the predictions of the last of them."""
+    cut = max(0, len(joined.values) - keep)
+    dropped = joined.values[:cut]
+    total, count = joined.before or (0.0, 0)
+    numeric = ~np.isnan(dropped)
+    if numeric.any():  # accumulated in order, as scored_windows' running sum is: the same float
+        total = float(np.cumsum(np.concatenate([[total], dropped[numeric]]))[-1])
+        count += int(numeric.sum())
+    values = joined.values[cut:]
+    history.write(history.path_of(folder, job.ip),
+                  history.History(labels=list(joined.labels[cut:]), values=values, before=(total, count),
+                                  key=current, predicted=predicted[-len(values):]))
+
+
+def _alone(table: Joined, note: str) -> Joined:
+    return Joined(labels=table.labels, values=table.values, before=None, note=note)
+
+
+def _start(kept: list[str], labels: list[str]) -> int | None:
+    """Where the table's first label falls in the history, if the buckets both hold carry the same labels;
+    the history's length where the table begins one step after it."""
+    try:
+        at = kept.index(labels[0])
+    except ValueError:
+        return len(kept) if _follows(kept, labels) else None
+    overlap = kept[at:at + len(labels)]
+    return at if overlap == labels[:len(overlap)] else None
+
+
+def _follows(kept: list[str], labels: list[str]) -> bool:
+    """The table's first label one of the history's steps after its last, where the labels are times."""
+    if len(kept) < 2:
+        return False
+    try:
+        times = np.array([kept[-2], kept[-1], labels[0]], dtype="datetime64[s]")
+    except ValueError:
+        return False
+    step = times[1] - times[0]
+    return bool(step > np.timedelta64(0, "s") and times[2] - times[1] == step)
