@@ -1,0 +1,76 @@
+"""io/history.py: an IP's history file, written whole and read back bit for bit, or refused."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from batchpredict.io import history
+from batchpredict.io.history import History, Unreadable
+
+
+def made(n: int = 50, kept: int = 20) -> History:
+    rng = np.random.default_rng(n)
+    values = rng.normal(size=n)
+    values[[3, 17]] = np.nan
+    values[5] = -0.0
+    return History(labels=[f"2026-11-01T{i // 12:02d}:{i % 12 * 5:02d}" for i in range(n)], values=values,
+                   before=(0.1 + 0.2, 7), key="k" * 64, predicted=rng.normal(size=kept))
+
+
+def same(a: History, b: History) -> None:
+    assert a.labels == b.labels and a.key == b.key and a.before == b.before
+    for x, y in ((a.values, b.values), (a.predicted, b.predicted)):
+        assert x.dtype == y.dtype == np.float64 and x.tobytes() == y.tobytes()  # NaN and -0.0 too
+
+
+def test_a_history_reads_back_bit_for_bit(tmp_path):
+    path = history.path_of(str(tmp_path), "10.0.0.1")
+    assert path == str(tmp_path / "10.0.0.1.history")
+    written = made()
+    history.write(path, written)
+    same(history.read(path), written)
+    assert [p.name for p in tmp_path.iterdir()] == ["10.0.0.1.history"]  # no temporary file left
+
+
+def test_no_file_is_no_history(tmp_path):
+    assert history.read(str(tmp_path / "none.history")) is None
+
+
+def test_a_day_of_five_minute_buckets_with_the_defaults_fits_in_64_kib(tmp_path):
+    """The values the default ensemble and --std rolling:96 need before a night of 288 points, and the
+    predictions of the residuals they need: 2,496 + 20 + 5 + 288 values, 1,356 + 288 predictions."""
+    path = str(tmp_path / "a.history")
+    history.write(path, made(2496 + 25 + 288, 1356 + 288))
+    assert os.path.getsize(path) <= 64 * 1024
+
+
+@pytest.mark.parametrize(("damage", "why"), [
+    (lambda data: data[:len(data) // 2], "torn"),
+    (lambda data: b"", "not a history file"),
+    (lambda data: data.replace(history.MAGIC, b"batchpredict history 0\n"), "not a history file"),
+    (lambda data: b"PK\x03\x04" + data, "not a history file"),
+    (lambda data: data[:-1] + bytes([data[-1] ^ 1]), "torn"),
+])
+def test_a_damaged_or_foreign_file_is_unreadable_saying_why(tmp_path, damage, why):
+    path = tmp_path / "a.history"
+    history.write(str(path), made())
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(Unreadable, match=why):
+        history.read(str(path))
+
+
+def test_a_file_whose_arrays_and_labels_disagree_is_unreadable(tmp_path):
+    path = str(tmp_path / "a.history")
+    bad = made()
+    history.write(path, History(labels=bad.labels[:-1], values=bad.values, before=bad.before, key=bad.key,
+                                predicted=bad.predicted))
+    with pytest.raises(Unreadable, match="different lengths"):
+        history.read(path)
+
+
+def test_a_folder_where_the_file_should_be_is_unreadable(tmp_path):
+    (tmp_path / "a.history").mkdir()
+    with pytest.raises(Unreadable):
+        history.read(str(tmp_path / "a.history"))

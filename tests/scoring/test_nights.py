@@ -1,0 +1,272 @@
+"""scoring/nights.py and `predict --history`: nights continued from the history equal one stateless run over
+the whole table, however a night ends, on the bundled LSTMs and their example series."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+from conftest import POISONS, Poison, read_out, run_cli
+
+from batchpredict.io import history
+from batchpredict.job import Job, Params
+from batchpredict.scoring import nights
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "history.csv"
+MODELS = ROOT / "models"
+IPS = ["10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14", "10.0.0.15"]
+TIMING = ["attempts", "duration_ms", "worker_pid", "worker_peak_rss_mib"]
+# A small ensemble (hourly buckets), so that the history is cut to what the rules need within the example.
+ALERT = "ensemble:window=48,centre=24,rest=8,span=48,day=24,week=96,tolerance=2"
+SETTINGS = ["--std", "rolling:24", "--alert", ALERT, "--workers", "2"]
+BEFORE = 30  # buckets of each night's table before the first it scores: more than --window + --rolling
+
+
+def job(labels: list[str], values: list[float]) -> Job:
+    return Job(ip="10.0.0.1", labels=labels, values=values, store=str(MODELS), model="model/10.0.0.10.h5",
+               scaler="sc/10.0.0.10.save", std=1.0, std_mode=("store", 0), method=None)
+
+
+def kept(folder: Path, labels: list[str], values: list[float], predicted: int = 0) -> None:
+    history.write(history.path_of(str(folder), "10.0.0.1"),
+                  history.History(labels=labels, values=np.asarray(values, float), before=(10.0, 4), key="k",
+                                  predicted=np.arange(predicted, dtype=float)))
+
+
+HOURS = [f"2026-11-01T{h:02d}:00" for h in range(24)]
+
+
+def test_the_history_before_the_tables_first_label_comes_first_and_the_table_wins(tmp_path):
+    kept(tmp_path, HOURS[:10], list(range(10)), predicted=6)
+    joined = nights.join(job(HOURS[6:12], [60.0] * 6), str(tmp_path), "k")
+    assert joined.labels == HOURS[:12] and joined.offset == 6 and not joined.note
+    assert joined.values.tolist() == [0, 1, 2, 3, 4, 5] + [60.0] * 6 and joined.before == (10.0, 4)
+    assert joined.stored.tolist() == [0.0, 1.0]  # the predictions of buckets 4 and 5, before the table's first
+
+
+def test_predictions_of_another_model_are_not_reused(tmp_path):
+    kept(tmp_path, HOURS[:10], list(range(10)), predicted=6)
+    joined = nights.join(job(HOURS[6:12], [60.0] * 6), str(tmp_path), "another key")
+    assert joined.offset == 6 and joined.stored is None
+
+
+def test_a_table_one_step_after_the_history_continues_it(tmp_path):
+    kept(tmp_path, HOURS[:10], list(range(10)))
+    joined = nights.join(job(HOURS[10:12], [1.0, 2.0]), str(tmp_path), "k")
+    assert joined.offset == 10 and joined.labels == HOURS[:12]
+
+
+@pytest.mark.parametrize(("labels", "why"), [
+    (HOURS[12:14], "do not line up"),                       # a gap of two hours
+    (["a", "b"], "do not line up"),                         # labels that are not times, and not the history's
+    ([HOURS[6], "2026-11-01T07:30"], "do not line up"),    # the same first bucket, then another step
+])
+def test_a_history_of_another_series_is_no_history(tmp_path, labels, why):
+    kept(tmp_path, HOURS[:10], list(range(10)))
+    joined = nights.join(job(labels, [1.0, 2.0]), str(tmp_path), "k")
+    assert joined.offset == 0 and joined.labels == labels and why in joined.note
+
+
+def test_a_table_reaching_back_before_the_history_is_read_alone_and_silently(tmp_path):
+    kept(tmp_path, HOURS[5:10], list(range(5)))
+    joined = nights.join(job(HOURS[:12], [1.0] * 12), str(tmp_path), "k")
+    assert joined.offset == 0 and joined.before is None and not joined.note
+
+
+def test_leave_keeps_the_last_values_with_the_running_sum_of_those_before_them(tmp_path):
+    values = np.array([1.0, np.nan, 0.1, 0.2, 0.3, 4.0])
+    joined = nights.Joined(labels=HOURS[:6], values=values, before=(0.7, 2))
+    nights.leave(job(HOURS[:6], list(values)), str(tmp_path), joined, keep=2, predicted=np.array([9.0, 8.0, 7.0]),
+                 current="k")
+    left = history.read(history.path_of(str(tmp_path), "10.0.0.1"))
+    assert left.labels == HOURS[4:6] and left.values.tolist() == [0.3, 4.0] and left.predicted.tolist() == [8.0, 7.0]
+    assert left.before == (float(np.cumsum([0.7, 1.0, 0.1, 0.2])[-1]), 5)  # summed in order, NaN not counted
+
+
+def test_the_key_changes_with_the_model_file_the_window_and_the_engine(tmp_path):
+    store = Path(shutil.copytree(MODELS, tmp_path / "store"))
+    one = Job(ip="10.0.0.10", labels=[], values=[], store=str(store), model="model/10.0.0.10.h5",
+              scaler="sc/10.0.0.10.save", std=1.0, std_mode=("store", 0), method=None, params=Params())
+    first = nights.key(one, window=20, engine="numpy")
+    assert first == nights.key(one, window=20, engine="numpy")
+    assert len({first, nights.key(one, window=12, engine="numpy"), nights.key(one, window=20, engine="keras")}) == 3
+    shutil.copy(store / "model" / "10.0.0.12.h5", store / "model" / "10.0.0.10.h5")  # retrained
+    assert nights.key(one, window=20, engine="numpy") != first
+
+
+# ----------------------------------------------------------------------------------- nights, end to end
+
+@pytest.fixture(scope="module")
+def example() -> pd.DataFrame:
+    frame = pd.read_csv(EXAMPLE, dtype=str, keep_default_na=False)
+    return frame[frame["ip"].isin(IPS)].reset_index(drop=True)
+
+
+def night(example: pd.DataFrame, path: Path, first: int, end: int) -> Path:
+    example[["ip", *example.columns[1 + first:1 + end]]].to_csv(path, index=False)
+    return path
+
+
+def predict(*args: object) -> subprocess.CompletedProcess:
+    return run_cli("predict", "--models", MODELS, *SETTINGS, "-q", *map(str, args))
+
+
+def rows(path: Path) -> pd.DataFrame:
+    return read_out(path).drop(columns=TIMING)
+
+
+def stateless(example: pd.DataFrame, tmp: Path, end: int, since: str) -> pd.DataFrame:
+    """What one run sees on a table that holds every bucket since the history began."""
+    table = night(example, tmp / f"whole-{end}.csv", 0, end)
+    done = predict("--data", table, "--out", tmp / f"whole-{end}.out.csv", "--since", since)
+    assert done.returncode == 0, done.stderr
+    return rows(tmp / f"whole-{end}.out.csv")
+
+
+def start(*args: object) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--models", MODELS, *SETTINGS,
+                             *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def journaled(out: Path) -> int:
+    journal = Path(f"{out}.journal")
+    return max(0, len(journal.read_text().splitlines()) - 1) if journal.exists() else 0
+
+
+def wait_for(predicate, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_five_nights_from_the_history_equal_one_run_over_the_whole_table(example, tmp_path):
+    """The first night fills the history; then nights of a day each: one run twice, one stopped by SIGTERM
+    and resumed, one whose coordinator is killed with SIGKILL and resumed, one after an IP's model was
+    retrained, and one with a torn history file and another IP's file of another series."""
+    labels = list(example.columns[1:])
+    folder = tmp_path / "history"
+    first = predict("--data", night(example, tmp_path / "n0.csv", 0, 200), "--out", tmp_path / "n0.out.csv",
+                    "--points", "40", "--history", folder)
+    assert first.returncode == 0, first.stderr
+    assert sorted(p.name for p in folder.glob("*.history")) == [f"{ip}.history" for ip in IPS]
+
+    def tonight(end: int, tag: str) -> tuple[Path, Path, str]:
+        since = labels[end - 24 - 1]
+        return night(example, tmp_path / f"{tag}.csv", end - 24 - BEFORE, end), tmp_path / f"{tag}.out.csv", since
+
+    # Night 1, then the same night again: the history it wrote holds tonight, and changes nothing.
+    table, out, since = tonight(224, "n1")
+    for _ in range(2):
+        done = run_cli("predict", "--models", MODELS, *SETTINGS, "--data", table, "--out", out, "--since", since,
+                       "--history", folder, "-v")
+        assert done.returncode == 0, done.stderr
+        reused = re.findall(r"history: (\d+) values before the table, (\d+) of (\d+) predictions", done.stderr)
+        assert len(reused) == len(IPS) and all(0 < int(kept) < int(of) for _, kept, of in reused)
+        pd.testing.assert_frame_equal(rows(out), stateless(example, tmp_path, 224, since))
+    sizes = [p.stat().st_size for p in folder.glob("*.history")]
+    assert max(sizes) < 64 * 1024
+
+    # Night 2, stopped by SIGTERM while its last IP's scaler hangs, then resumed.
+    table, out, since = tonight(248, "n2")
+    store = Path(shutil.copytree(MODELS, tmp_path / "store"))
+    scaler = store / "sc" / f"{IPS[-1]}.save"
+    real = scaler.read_bytes()
+    joblib.dump(Poison(POISONS["hang"]), scaler)
+    run = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--models", store, *SETTINGS[:4],
+                            "--workers", "1", "--trust-store", "--data", table, "--out", out, "--since", since,
+                            "--history", folder], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: journaled(out) >= 3)
+    run.send_signal(signal.SIGTERM)
+    assert run.communicate(timeout=60) and run.returncode == 128 + signal.SIGTERM
+    scaler.write_bytes(real)
+    done = run_cli("predict", "--models", store, *SETTINGS, "--data", table, "--out", out, "--since", since,
+                   "--history", folder, "--resume", "--trust-store")
+    assert done.returncode == 0, done.stderr
+    pd.testing.assert_frame_equal(rows(out), stateless(example, tmp_path, 248, since))
+
+    # Night 3: the coordinator killed with SIGKILL mid-night (its workers go with it), then resumed.
+    table, out, since = tonight(272, "n3")
+    joblib.dump(Poison(POISONS["hang"]), scaler)
+    run = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--models", store, *SETTINGS[:4],
+                            "--workers", "1", "--trust-store", "--timeout", "600", "--data", table, "--out", out,
+                            "--since", since, "--history", folder], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: journaled(out) >= 3)
+    workers = psutil.Process(run.pid).children(recursive=True)
+    run.kill()
+    run.wait(30)
+    psutil.wait_procs(workers, timeout=15)
+    scaler.write_bytes(real)
+    done = run_cli("predict", "--models", store, *SETTINGS, "--data", table, "--out", out, "--since", since,
+                   "--history", folder, "--resume", "--trust-store")
+    assert done.returncode == 0, done.stderr
+    pd.testing.assert_frame_equal(rows(out), stateless(example, tmp_path, 272, since))
+
+    # Night 4: one IP retrained (another model file): its predictions are computed again from the values kept.
+    shutil.copy(store / "model" / "10.0.0.12.h5", store / "model" / f"{IPS[0]}.h5")
+    table, out, since = tonight(296, "n4")
+    done = run_cli("predict", "--models", store, *SETTINGS, "--data", table, "--out", out, "--since", since,
+                   "--history", folder, "-v")
+    assert done.returncode == 0, done.stderr
+    assert re.search(rf"{IPS[0]}: history: \d+ values before the table, 0 of \d+ predictions", done.stderr)
+    whole = night(example, tmp_path / "whole-296.csv", 0, 296)
+    assert run_cli("predict", "--models", store, *SETTINGS, "--data", whole, "--out", tmp_path / "w296.csv",
+                   "--since", since).returncode == 0
+    pd.testing.assert_frame_equal(rows(out), rows(tmp_path / "w296.csv"))
+
+    # Night 5: a torn file and a file of another series are no history, said once; the others go on.
+    torn, foreign = folder / f"{IPS[1]}.history", folder / f"{IPS[2]}.history"
+    torn.write_bytes(torn.read_bytes()[:100])
+    other = history.read(str(foreign))
+    history.write(str(foreign), history.History(labels=[f"x{i}" for i in range(len(other.labels))],
+                                                values=other.values, before=other.before, key=other.key,
+                                                predicted=other.predicted))
+    table, out, since = tonight(320, "n5")
+    done = run_cli("predict", "--models", store, *SETTINGS, "--data", table, "--out", out, "--since", since,
+                   "--history", folder)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(f"{IPS[1]}: no history: ") == 1 and "torn" in done.stderr
+    assert done.stderr.count(f"{IPS[2]}: no history: ") == 1 and "do not line up" in done.stderr
+    got = rows(out).set_index("ip")
+    whole = night(example, tmp_path / "whole-320.csv", 0, 320)
+    assert run_cli("predict", "--models", store, *SETTINGS, "--data", whole, "--out", tmp_path / "w320.csv",
+                   "--since", since).returncode == 0
+    reference = rows(tmp_path / "w320.csv").set_index("ip")
+    pd.testing.assert_frame_equal(got.drop(index=IPS[1:3]), reference.drop(index=IPS[1:3]))
+    alone = tmp_path / "alone.csv"  # the two without history: as a run over tonight's table alone
+    assert run_cli("predict", "--models", store, *SETTINGS, "--data", table, "--out", alone,
+                   "--since", since).returncode == 0
+    pd.testing.assert_frame_equal(got.loc[IPS[1:3]], rows(alone).set_index("ip").loc[IPS[1:3]])
+    summary = json.loads(Path(f"{out}.summary.json").read_text())
+    assert summary["status"] == {"ok": len(IPS)}
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_history_exits_75(example, tmp_path):
+    store = Path(shutil.copytree(MODELS, tmp_path / "store"))
+    joblib.dump(Poison(POISONS["hang"]), store / "sc" / f"{IPS[-1]}.save")
+    table = night(example, tmp_path / "t.csv", 0, 100)
+    first = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--models", store, "--data", table,
+                              "--out", tmp_path / "a.csv", "--history", tmp_path / "h", "--trust-store",
+                              "--timeout", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: journaled(tmp_path / "a.csv") >= 2)
+        second = run_cli("predict", "--models", store, "--data", table, "--out", tmp_path / "b.csv",
+                         "--history", tmp_path / "h")
+        assert second.returncode == 75 and "another run holds" in second.stderr, second.stderr
+        assert not (tmp_path / "b.csv").exists()
+    finally:
+        first.kill()
+        first.wait(30)
