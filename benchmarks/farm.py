@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,8 +20,9 @@ def build(n: int, dest: str | Path, source: str | Path = ROOT / "models",
     """(store, table) for n IPs under dest.
 
     `buckets`: a table of that many five-minute buckets instead of stats.csv's 48 hourly ones: each IP's
-    history.csv series continued by its stats.csv row, the last `buckets` values, relabelled. The models
-    saw hourly buckets, so the values mean the same to them whatever the labels say.
+    history.csv series continued by its stats.csv row, repeated from its start where it is shorter, the last
+    `buckets` values, relabelled. The models saw hourly buckets, so the values mean the same to them whatever
+    the labels say.
     """
     dest, source = Path(dest), Path(source)
     store = dest / "store"
@@ -49,8 +51,7 @@ def build(n: int, dest: str | Path, source: str | Path = ROOT / "models",
 def _long_series(demo: pd.DataFrame, buckets: int) -> pd.DataFrame:
     history = pd.read_csv(ROOT / "examples" / "history.csv", dtype={"ip": str}).set_index("ip")
     values = pd.concat([history.loc[demo["ip"]].reset_index(drop=True), demo.iloc[:, 1:]], axis=1).to_numpy()
-    if values.shape[1] < buckets:
-        raise ValueError(f"the demo series have {values.shape[1]} values, fewer than {buckets}")
+    values = np.tile(values, (1, -(-buckets // values.shape[1])))  # a longer series: the demo's again
     labels = pd.date_range("2026-11-27T00:00", periods=buckets, freq="5min").strftime("%Y-%m-%dT%H:%M")
     frame = pd.DataFrame(values[:, -buckets:], columns=list(labels))
     frame.insert(0, "ip", demo["ip"].to_numpy())

@@ -31,6 +31,7 @@ import json
 import operator
 import re
 import shlex
+import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -398,6 +399,49 @@ def test_one_nightly_script_in_operators_doing_what_the_readme_recommends():
     # Every option with a value the README tells a nightly run to pass, the script passes as written.
     for option in re.findall(r"`(--[\w-]+ [\w:.,]+)`", night):
         assert option.split()[0] in ("--since", "--points") or option in command, option
+
+
+@pytest.mark.slow
+def test_the_operators_script_as_written_over_three_nights(tmp_path):
+    """The nightly script of docs/operators.md, its paths pointed at a temporary folder, run by bash on three
+    nights of the bundled example: the first with no state (--points 288 on a table with every bucket), then
+    two of a day each with the buckets before the saved one that --window and --rolling need. Each night's
+    rows equal a run without --history over a table holding every bucket since the first; the state file
+    carries the summary's last_label from night to night; the report is written."""
+    import pandas as pd
+
+    [(_, script)] = nightly_scripts()
+    example = pd.read_csv(ROOT / "examples" / "history.csv", dtype=str, keep_default_na=False).head(6)
+    labels = list(example.columns[1:])
+    places = {"cd /opt/batchpredict": f"cd {ROOT}", "/data/stats.csv": str(tmp_path / "stats.csv"),
+              "/srv/models": str(ROOT / "models"), "/data/": f"{tmp_path}/out/", "/var/lib/": f"{tmp_path}/var/",
+              "/var/www/batchpredict": str(tmp_path / "report")}
+    for old, new in places.items():
+        script = script.replace(old, new)
+    (tmp_path / "var" / "batchpredict").mkdir(parents=True)
+    (tmp_path / "var" / "node_exporter" / "textfile_collector").mkdir(parents=True)
+    state, out = tmp_path / "var" / "batchpredict" / "last-bucket", tmp_path / "out" / "anomalies.csv"
+    timing = ["attempts", "duration_ms", "worker_pid", "worker_peak_rss_mib"]
+    for first, end in ((0, 400), (399 - 25, 500), (499 - 25, 620)):
+        since = state.read_text().strip() if state.exists() else None
+        example[["ip", *labels[first:end]]].to_csv(tmp_path / "stats.csv", index=False)
+        night = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+        assert night.returncode == 0, night.stderr
+        assert state.read_text().strip() == labels[end - 1] and (tmp_path / "report" / "index.html").exists()
+        example[["ip", *labels[:end]]].to_csv(tmp_path / "whole.csv", index=False)
+        command = next(line for line in script.replace("\\\n", " ").splitlines() if "batchpredict predict " in line)
+        args = cli_parser().parse_args(shlex.split(command.replace('"${which[@]}"', "").replace('"$out"', "o.csv")
+                                                   .replace('"$history"', "h"))[1:])
+        assert args.history == "h"
+        which = ["--since", since] if since else ["--points", "288"]
+        whole = subprocess.run([sys.executable, "-m", "batchpredict.cli", "predict", "--data", str(tmp_path / "whole.csv"),
+                                "--models", str(ROOT / "models"), "--out", str(tmp_path / "whole.out.csv"), *which,
+                                "--std", args.std, "--sigmas", ",".join(map(str, args.sigmas)), "--alert", args.alert,
+                                "-q"], capture_output=True, text=True, timeout=300)
+        assert whole.returncode == 0, whole.stderr
+        got, expected = (pd.read_csv(path, dtype=str, keep_default_na=False).drop(columns=timing)
+                         for path in (out, tmp_path / "whole.out.csv"))
+        pd.testing.assert_frame_equal(got, expected)
 
 
 # ----------------------------------------------------------------------------------------------- figures

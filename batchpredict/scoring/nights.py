@@ -30,8 +30,18 @@ class Joined:
     values: np.ndarray
     before: tuple[float, int] | None  # sum and count of the numeric values before the first of `values`
     offset: int = 0  # where the table begins in `values`: what came before is the history's
-    stored: np.ndarray | None = None  # the history's predictions of values[offset - len(stored):offset]
+    stored: np.ndarray | None = None  # the history's predictions of values[reused - len(stored):reused]
+    reused: int = 0  # the end of what the history holds alike: its values before the table, and those it
+    # holds as the table does (bit for bit) from the table's start on, whose predictions are the same
     note: str = ""  # why the history was not used, for the log
+
+    def kept_predictions(self, first: int, count: int) -> np.ndarray:
+        """The history's predictions of the points from `first` on (at most `count`, contiguous), none unless
+        it holds the first's."""
+        if self.stored is None or not self.reused - len(self.stored) <= first < self.reused:
+            return np.empty(0)
+        at = first - (self.reused - len(self.stored))
+        return self.stored[at:at + count]
 
 
 def key(job: Job, *, window: int, engine: str) -> str:
@@ -59,12 +69,13 @@ def join(job: Job, folder: str, current: str) -> Joined:
             return table
         return _alone(table, f"{path}: its labels ({kept.labels[0]} ... {kept.labels[-1]}) do not line up with "
                              f"the table's ({job.labels[0]} ...)")
-    stored = kept.predicted if kept.key == current and len(kept.predicted) else None
-    if stored is not None:  # the predictions of the history's values before the table's first label
-        first = len(kept.labels) - len(kept.predicted)
-        stored = stored[:max(0, start - first)] if start > first else None
+    both = kept.values[start:start + len(table.values)]
+    alike = both.view("<i8") == table.values[:len(both)].view("<i8")
+    reused = start + (len(alike) if alike.all() else int(np.argmin(alike)))
+    first = len(kept.labels) - len(kept.predicted)  # the history holds predictions from this value on
+    stored = kept.predicted[:reused - first] if kept.key == current and reused > first else None
     return Joined(labels=kept.labels[:start] + job.labels, values=np.concatenate([kept.values[:start], table.values]),
-                  before=kept.before, offset=start, stored=stored)
+                  before=kept.before, offset=start, stored=stored, reused=reused)
 
 
 def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.ndarray, current: str) -> None:

@@ -73,10 +73,7 @@ def _score(job: Job, result: Result) -> None:
                                                before=joined.before)
     modelled = int(np.searchsorted(positions, start - history))
     positions, inputs, observed = positions[modelled:], inputs[modelled:], values[modelled:]
-    # The history's predictions where it holds them all from the first point modelled to the table's start.
-    known = joined.offset - int(positions[0]) if len(positions) else 0
-    stored = joined.stored[len(joined.stored) - known:] if joined.stored is not None and 0 < known <= len(
-        joined.stored) else np.empty(0)
+    stored = joined.kept_predictions(int(positions[0]), len(positions)) if len(positions) else np.empty(0)
     predicted = np.concatenate([stored, _predicted(model, scaler, inputs[len(stored):],
                                                    padded=len(positions) > 1 or history > 0)])
     if job.history:
