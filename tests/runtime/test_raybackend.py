@@ -251,3 +251,26 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_nights_with_a_history_on_ray_equal_those_on_this_machine(tmp_path):
+    """Each shard's workers read and write their IPs' history files in the folder every node sees: two nights
+    on Ray, the second from the first's history, give the local backend's rows."""
+    root = Path(__file__).resolve().parents[2]
+    example = pd.read_csv(root / "examples" / "history.csv", dtype=str, keep_default_na=False).head(8)
+    labels = list(example.columns[1:])
+    settings = ["--models", root / "models", "--std", "rolling:24", "--since"]
+    for backend in ("local", "ray"):
+        folder, extra = tmp_path / backend, ["--backend", backend, "--workers", "1", "--shard-size", "3"]
+        for night, (first, end) in enumerate(((0, 300), (299 - 30, 360))):
+            table = tmp_path / f"{backend}-{night}.csv"
+            example[["ip", *labels[first:end]]].to_csv(table, index=False)
+            done = run_cli("predict", "--data", table, "--out", folder / f"{night}.csv", *settings,
+                           labels[end - 61], "--history", folder / "history", *extra)
+            assert done.returncode == 0, done.stderr
+    for night in range(2):
+        pd.testing.assert_frame_equal(read_out(tmp_path / "ray" / f"{night}.csv").drop(columns=[*TIMING, "attempts"]),
+                                      read_out(tmp_path / "local" / f"{night}.csv").drop(columns=[*TIMING, "attempts"]))
