@@ -22,8 +22,9 @@ N = TypeVar("N", int, float)
 
 DESCRIPTION = ("Nightly per-IP LSTM anomaly scoring, one isolated worker process per job. Exit codes: 0 every IP "
                "answered, 1 the output is complete but some jobs failed, 2 bad invocation or unreadable input "
-               "(nothing written), 75 another run holds the output's lock, 128+N stopped by signal N (rerun with "
-               "--resume).")
+               "(nothing written), 74 a disk error writing the output (no space, quota, read-only: the earlier "
+               "output is untouched, rerun with --resume), 75 another run holds the output's lock, 128+N stopped "
+               "by signal N (rerun with --resume).")
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
           "g": 2**30, "gb": 10**9, "gib": 2**30}
@@ -192,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     predict.add_argument("--allow-unsealed", action="store_true",
                          help="a store with a manifest.json may hold IPs it does not list (they run unchecked)")
+    predict.add_argument("--strict-input", action="store_true",
+                         help="an IP with a cell that is neither a number nor a missing mark is invalid_input "
+                              "(default: that cell counts as missing, and the log and summary name it)")
     predict.add_argument("--backend", choices=tuple(BACKENDS), default=RunOptions.backend,
                          help="where the workers run (default %(default)s: on this machine)")
     predict.add_argument("--ray-address", default=None, metavar="ADDRESS",
@@ -288,7 +292,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                              retries=args.retries, backend=args.backend, resume=args.resume,
                                              layout=args.layout, ray_address=args.ray_address,
                                              shard_size=args.shard_size, engine=args.engine,
-                                             trust_store=args.trust_store, allow_unsealed=args.allow_unsealed),
+                                             trust_store=args.trust_store, allow_unsealed=args.allow_unsealed,
+                                             strict_input=args.strict_input),
                                   on_result=progress.update, on_start=progress.start)
     except BatchPredictError as exc:
         if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see

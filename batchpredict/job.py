@@ -58,6 +58,7 @@ class RunOptions:
     engine: str = "auto"            # one of ENGINES
     trust_store: bool = False       # let store files run code: any pickle, Keras Lambda layers (--trust-store)
     allow_unsealed: bool = False    # a store with a manifest.json may have IPs it does not list
+    strict_input: bool = False      # an IP with a cell that is no number is invalid_input, not missing there
 
 
 @dataclass

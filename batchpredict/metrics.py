@@ -7,7 +7,7 @@ import time
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 from prometheus_client.parser import text_string_to_metric_families
 
-from .errors import BatchPredictError
+from .errors import BatchPredictError, writing
 from .result import Severity, Status
 
 PREFIX = "batchpredict"
@@ -86,7 +86,8 @@ def write_metrics(path: str, summary: dict | None, exit_code: int, started: floa
     a file, and never the temporary one, whose name does not end in .prom."""
     registry = collect(summary, exit_code, started, time.time(), previous_success(path))
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        write_to_textfile(path, registry)
+        with writing(path):  # a full disk is exit 74, as for the output
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            write_to_textfile(path, registry)
     except OSError as exc:
         raise BatchPredictError(f"cannot write metrics file {path}: {exc.strerror or exc}") from None

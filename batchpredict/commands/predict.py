@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 
 from .. import extras
-from ..errors import Interrupted, JobError, UsageError
+from ..errors import Interrupted, JobError, OutputError, UsageError, writing
 from ..io import output
-from ..io.journal import Journal, Lock, fingerprint
+from ..io.files import replaced
+from ..io.journal import Journal, Lock, check_writable, fingerprint
 from ..io.store import Store
 from ..io.table import Series, Table
 from ..job import ENGINES, Job, Params, RunOptions
@@ -55,6 +56,43 @@ def check_params(params: Params) -> None:
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
 
 
+LOGGED = 20  # IPs with unreadable cells, and lines without an IP, logged one by one; the rest are counted
+
+
+class InputReport:
+    """What the table held that is no number (each counts as missing) or no line of the header's width:
+    logged once per IP for the first LOGGED, counted in the summary's `input` (docs/design.md §2)."""
+
+    def __init__(self) -> None:
+        self.cells = 0
+        self.ips = 0
+        self.per_ip: dict[str, int] = {}  # the first LOGGED IPs
+
+    def note(self, series: Series) -> None:
+        if series.unreadable is None:
+            return
+        count, where, text = series.unreadable
+        self.cells += count
+        self.ips += 1
+        if self.ips <= LOGGED:
+            self.per_ip[series.ip] = count
+            log.warning("%s: %d unreadable cell%s counted as missing, the first on %s: %r", series.ip, count,
+                        "s" * (count != 1), where, text)
+
+    def summary(self, table: Table) -> dict:
+        """The summary's `input`; logs what was left to say."""
+        if self.ips > LOGGED:
+            log.warning("%d more IPs with unreadable cells (summary.json: input)", self.ips - LOGGED)
+        for line in table.lost_lines[:LOGGED]:
+            log.warning("line %d: %d fields, the header has %d, and no IP: left out", line.line, line.fields,
+                        table.width)
+        if len(table.lost_lines) > LOGGED:
+            log.warning("%d more lines without an IP left out (summary.json: input)", len(table.lost_lines) - LOGGED)
+        return {"bad_lines": table.bad_lines, "lines_without_ip": [line.line for line in table.lost_lines[:LOGGED]],
+                "lines_without_ip_count": len(table.lost_lines), "unreadable_cells": self.cells,
+                "unreadable_ips": self.ips, "unreadable": self.per_ip}
+
+
 class Plan:
     """Turns the table's series into rows settled at once and jobs, as the executor asks for jobs.
 
@@ -62,11 +100,13 @@ class Plan:
     """
 
     def __init__(self, table: Table, store: Store, params: Params, engine: str, rows: output.Rows,
-                 trust: bool = False, allow_unsealed: bool = False) -> None:
+                 trust: bool = False, allow_unsealed: bool = False, *, strict_input: bool = False) -> None:
         if engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
         self.trust, self.allow_unsealed = trust, allow_unsealed  # RunOptions', for every job
+        self.strict_input = strict_input  # an IP with an unreadable cell is invalid_input (--strict-input)
+        self.input = InputReport()
         self.done: dict[str, Result] = {}
         self.running: dict[str, int] = {}  # IP -> table position of each job handed out and not finished
         self.jobs = 0      # handed out
@@ -109,6 +149,7 @@ class Plan:
         return self.params.since is not None and self.first(series) == len(series.labels)
 
     def _plan(self, series: Series) -> Job | None:
+        self.input.note(series)
         if self._nothing_after_since(series):  # --since: no rows
             self.rows.skip(series.position)
             self.skipped += 1
@@ -135,6 +176,11 @@ class Plan:
     def _check(self, series: Series) -> Job:
         if series.problem:
             self._check_problem(series)
+        if series.unreadable and self.strict_input:
+            count, where, text = series.unreadable
+            self.store.check_ip(series.ip)
+            raise JobError(Status.INVALID_INPUT, f"{count} unreadable cell{'s' * (count != 1)}, the first on "
+                                                 f"{where}: {text!r} (--strict-input)")
         found = self.store.artefacts(series.ip)
         sealed = self.store.sealed(series.ip, self.allow_unsealed)
         if np.isnan(series.values).all():  # no process needed to say so
@@ -189,12 +235,14 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
         stack.enter_context(_signals_raise())
         if out:  # before anything is read: a second run on the same output exits 75 at once
             stack.enter_context(Lock(out + ".lock"))
+            check_writable(out)  # before any job: a folder that takes no file exits 2, not after the night
         store = Store(models)
         table = Table(data, options.layout)
         chunks = table.chunks()
         first = next(chunks)  # an unreadable or empty table stops the run before anything is written
         executor = make_executor(options)
-        plan = Plan(table, store, params, options.engine, rows, options.trust_store, options.allow_unsealed)
+        plan = Plan(table, store, params, options.engine, rows, options.trust_store, options.allow_unsealed,
+                    strict_input=options.strict_input)
         journal = None
         if out:
             settings = {"params": dataclasses.asdict(params), "layout": options.layout}
@@ -227,20 +275,38 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
             if journal:
                 journal.close(remove=True)
             raise
+        except OutputError as exc:  # the workers are stopped by now (the executor's generator closed)
+            raise OutputError(f"{exc}; {_KEPT}") from exc
         plan.settle_duplicates()
         info = rows.summary(plan.jobs, time.monotonic() - started, peak_rss_mib(),
                             backend=executor.name, workers=options.workers,
                             jobs_per_worker=options.jobs_per_worker, engine=options.engine,
-                            skipped=plan.skipped, last_label=table.last_label(),
+                            skipped=plan.skipped, last_label=table.last_label(), input=plan.input.summary(table),
                             timings=_timings(plan, started, cpu), versions=versions())
         if out:
-            rows.write_csv(out)
-            if params.several:
-                rows.write_events(out + ".events.csv")
-            output.write_summary(out + ".summary.json", info)
+            try:
+                _write_output(out, rows, params, info)
+            except OutputError as exc:
+                raise OutputError(f"{exc}; {_KEPT}") from exc
         if journal:
             journal.close(remove=True)
     return info
+
+
+_KEPT = "the earlier output is untouched and the journal keeps every finished job: free space, then rerun with --resume"
+
+
+def _write_output(out: str, rows: output.Rows, params: Params, info: dict) -> None:
+    """The CSV, its events file and its summary, all or none: each is written beside its old self, and the
+    three replace the old ones only once all are written (a full disk leaves the earlier output as it was)."""
+    files = [(out, rows.write_csv)]
+    if params.several:
+        files.append((out + ".events.csv", rows.write_events))
+    files.append((out + ".summary.json", lambda path: output.write_summary(path, info)))
+    with writing(out), contextlib.ExitStack() as stack:  # the renames, at its end, name the CSV
+        for path, write in files:
+            with writing(path):
+                write(stack.enter_context(replaced(path)))
 
 
 def _chain(first: list[Series], rest: Iterator[list[Series]]) -> Iterator[list[Series]]:
