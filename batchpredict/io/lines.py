@@ -194,7 +194,8 @@ class Lines:
 
 def _prepend(first: str, rest: Iterator[str]) -> Iterator[str]:
     yield first
-    yield from rest
+    for line in rest:  # noqa: UP028 - `yield from` would close the file with this generator
+        yield line
 
 
 class _Chain(io.RawIOBase):

@@ -60,6 +60,8 @@ class Notes:
 def unreadable_cells(cells: np.ndarray, values: np.ndarray) -> dict[int, tuple[int, int, str]]:
     """Per row of a block (a column is a block of one), its cells that hold neither a number nor a missing
     mark (MISSING, a NaN however spelled): (how many, the first one's column, its text)."""
+    if not values.size:
+        return {}
     nan = np.isnan(values).reshape(len(values), -1)
     if not nan.any():
         return {}
@@ -188,12 +190,12 @@ class CsvFile:
             block = frame.iloc[:, 1:].to_numpy(dtype=float)
             if integer_rows(block).any():
                 return None
-            return frame.iloc[:, 0].tolist(), block, Notes(padded=bool(np.isnan(block[:, -1]).any()))
+            return frame.iloc[:, 0].tolist(), block, Notes(padded=bool(np.isnan(block[:, -1:]).any()))
 
         def exact(frame: pd.DataFrame) -> tuple[list[str], np.ndarray, Notes]:
             cells = frame.iloc[:, 1:].to_numpy(dtype=object)
             block = row_numbers(cells)
-            notes = Notes(unreadable=unreadable_cells(cells, block), padded=bool(np.isnan(block[:, -1]).any()))
+            notes = Notes(unreadable=unreadable_cells(cells, block), padded=bool(np.isnan(block[:, -1:]).any()))
             return frame.iloc[:, 0].tolist(), block, notes
 
         return self._chunks(self.header[1:], fast, exact)
