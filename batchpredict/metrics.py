@@ -22,7 +22,7 @@ def render(summary: dict | None, exit_code: int, started: float, finished: float
 
 def collect(summary: dict | None, exit_code: int, started: float, finished: float,
             last_success: float | None = None) -> CollectorRegistry:
-    """Metrics of one run; `summary` is None when the run stopped before its output (exit 2, 75, signal)."""
+    """Metrics of one run; `summary` is None when the run stopped before its output (exit 2, 74, 75, signal)."""
     registry = CollectorRegistry()
 
     def gauge(name: str, doc: str, value: float | None) -> None:
@@ -35,7 +35,8 @@ def collect(summary: dict | None, exit_code: int, started: float, finished: floa
     gauge("last_run_timestamp_seconds", "When the last run ended (Unix time).", finished)
     gauge("last_run_duration_seconds", "Wall time of the last run.", finished - started)
     gauge("last_run_exit_code",
-          "Exit code of the last run (0 ok, 1 some jobs failed, 2 usage, 75 locked, 128+N signal).", exit_code)
+          "Exit code of the last run (0 ok, 1 some jobs failed, 2 usage, 74 disk error, 75 locked, 128+N signal).",
+          exit_code)
     gauge("last_run_success", "1 when the last run exited 0, else 0.", int(success))
     gauge("last_success_timestamp_seconds", "When a run last exited 0 (Unix time).", last_success)
     if summary is None:
