@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import lzma
 import math
 import warnings
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -156,8 +158,9 @@ def _readable(path: str, what: str, errors: tuple[type[BaseException], ...]) -> 
         raise UsageError(f"cannot read {what} {path}: {detail}") from None
 
 
+# A compressed file cut short or not what its name says (gzip.BadGzipFile is an OSError) is unreadable too.
 _CSV_ERRORS = (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
-               PermissionError)
+               PermissionError, EOFError, OSError, zlib.error, lzma.LZMAError)
 _TEXT = dict(keep_default_na=False, skipinitialspace=True)  # every cell as written, leading spaces skipped
 
 
@@ -176,11 +179,12 @@ class CsvFile:
         self.header = [str(c) for c in read_text_csv(path, "table", nrows=0).columns]
         # A first data line longer than the header sets how many fields the parser takes (index_col=False keeps
         # it from reading the extra ones as the index): it and every line up to that long are rows, truncated.
-        first = Lines(path, block=1 << 16)
-        try:
-            fields = first.first_fields()
-        finally:
-            first.close()
+        with _readable(path, "table", _CSV_ERRORS):
+            first = Lines(path, block=1 << 16)
+            try:
+                fields = first.first_fields()
+            finally:
+                first.close()
         self.limit = max(len(self.header), fields or 0)
 
     def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray, Notes]]:
@@ -278,15 +282,17 @@ class _Beside:
     def __init__(self, file: CsvFile) -> None:
         self.file = file
         self.rows = 0
-        self.lines = Lines(file.path) if file.limit > len(file.header) else None
+        with _readable(file.path, "table", _CSV_ERRORS):
+            self.lines = Lines(file.path) if file.limit > len(file.header) else None
 
     def note(self, chunk: Chunk, rows: int, warned: bool) -> Chunk:
         notes: Notes = chunk[-1]
-        if self.lines is None and (warned or notes.padded or notes.unreadable):
-            self.lines = Lines(self.file.path)
-            self.lines.take(self.rows, self.file.limit)  # the rows before this chunk, planned already
-        if self.lines is not None:
-            notes.lines, notes.bad, notes.absent = self.lines.take(rows, self.file.limit)
+        with _readable(self.file.path, "table", _CSV_ERRORS):
+            if self.lines is None and (warned or notes.padded or notes.unreadable):
+                self.lines = Lines(self.file.path)
+                self.lines.take(self.rows, self.file.limit)  # the rows before this chunk, planned already
+            if self.lines is not None:
+                notes.lines, notes.bad, notes.absent = self.lines.take(rows, self.file.limit)
         notes.start = self.rows
         self.rows += rows
         return chunk
@@ -295,7 +301,8 @@ class _Beside:
         """A chunk of no rows holding the lines left out after the last row, if any."""
         if self.lines is None:
             return
-        rest = self.lines.rest()
+        with _readable(self.file.path, "table", _CSV_ERRORS):
+            rest = self.lines.rest()
         if rest:
             chunk = make(pd.DataFrame({name: pd.Series(dtype=object) for name in self.file.header}))
             notes: Notes = chunk[-1]
