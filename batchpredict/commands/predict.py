@@ -231,6 +231,17 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
     if options.engine == "keras":
         extras.require_tensorflow("--engine keras")
     started, cpu = time.monotonic(), time.process_time()
+    try:
+        return _steps(data, models, out, params, options=options, rows=rows, on_result=on_result,
+                      on_start=on_start, started=started, cpu=cpu)
+    except OutputError as exc:  # the workers are stopped and the journal closed by now
+        raise OutputError(f"{exc}; {_KEPT}") from exc
+
+
+def _steps(data: str, models: str, out: str | None, params: Params, *, options: RunOptions, rows: output.Rows,
+           on_result: Callable[[Result], None] | None, on_start: Callable[[int | None], None] | None,
+           started: float, cpu: float) -> dict:
+    """_run's steps, in order (docs/design.md §5)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
         if out:  # before anything is read: a second run on the same output exits 75 at once
@@ -247,8 +258,8 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
         if out:
             settings = {"params": dataclasses.asdict(params), "layout": options.layout}
             journal = Journal(out + ".journal", fingerprint(data, models, settings))
+            stack.callback(journal.close, remove=False)  # before open: its header may meet a full disk
             plan.done = journal.open(options.resume)
-            stack.callback(journal.close, remove=False)
             if plan.done:
                 log.info("resuming: %d jobs already done", len(plan.done))
 
@@ -275,8 +286,6 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
             if journal:
                 journal.close(remove=True)
             raise
-        except OutputError as exc:  # the workers are stopped by now (the executor's generator closed)
-            raise OutputError(f"{exc}; {_KEPT}") from exc
         plan.settle_duplicates()
         info = rows.summary(plan.jobs, time.monotonic() - started, peak_rss_mib(),
                             backend=executor.name, workers=options.workers,
@@ -284,10 +293,7 @@ def _run(data: str, models: str, out: str | None, params: Params, options: RunOp
                             skipped=plan.skipped, last_label=table.last_label(), input=plan.input.summary(table),
                             timings=_timings(plan, started, cpu), versions=versions())
         if out:
-            try:
-                _write_output(out, rows, params, info)
-            except OutputError as exc:
-                raise OutputError(f"{exc}; {_KEPT}") from exc
+            _write_output(out, rows, params, info)
         if journal:
             journal.close(remove=True)
     return info

@@ -222,6 +222,8 @@ class LongPoints:
         """One chunk: (codes, uniques) of its IP and timestamp cells, uniques None where a cell is missing."""
         self._parts.append((_recode(self._ips, *ips), _recode(self._stamps, *stamps), values))
         if notes is not None and (notes.lines is not None or notes.unreadable or not notes.rows_are_lines):
+            if notes.lines is not None:
+                notes.lines = notes.lines.astype(np.int32)  # kept to the end: 4 bytes a row
             self._notes.append(notes)
             self._starts.append(self.rows)
             for row, line in notes.bad.items():
