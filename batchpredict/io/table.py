@@ -220,22 +220,31 @@ class LongPoints:
     def add(self, ips: tuple[np.ndarray, list], stamps: tuple[np.ndarray, list], values: np.ndarray,
             notes: Notes | None = None) -> None:
         """One chunk: (codes, uniques) of its IP and timestamp cells, uniques None where a cell is missing."""
+        if notes is not None and notes.absent:
+            self._first_appearances(ips, notes)
         self._parts.append((_recode(self._ips, *ips), _recode(self._stamps, *stamps), values))
         if notes is not None and (notes.lines is not None or notes.unreadable or not notes.rows_are_lines):
             if notes.lines is not None:
                 notes.lines = notes.lines.astype(np.int32)  # kept to the end: 4 bytes a row
             self._notes.append(notes)
             self._starts.append(self.rows)
-            for row, line in notes.bad.items():
-                self._bad_rows.append(self.rows + row)
-                self._bad(line)
-            for _, line in notes.absent:
-                if self._bad(line):
-                    self._ips.setdefault(line.first, len(self._ips))
+            self._bad_rows += [self.rows + row for row in notes.bad]
+            for line in sorted([*notes.bad.values(), *(line for _, line in notes.absent)], key=lambda b: b.line):
+                self._bad(line)  # in the file's order: an IP's problem is its first bad line
             for row, (_, _, text) in notes.unreadable.items():
                 if row not in notes.bad:
                     self._odd_values[self.rows + row] = (notes.where(row), text)
         self.rows += len(values)
+
+    def _first_appearances(self, ips: tuple[np.ndarray, list], notes: Notes) -> None:
+        """Number the chunk's IPs and those of the lines the parser left out in the order the file has them."""
+        codes, uniques = ips
+        _, first_rows = np.unique(codes, return_index=True)
+        rows = [(int(row), 1, 0, uniques[code]) for code, row in zip(np.unique(codes).tolist(), first_rows.tolist(),
+                                                                      strict=True)]
+        left_out = [(row, 0, line.line, line.first) for row, line in notes.absent if line.first]
+        for *_, ip in sorted(rows + left_out, key=lambda found: found[:3]):
+            self._ips.setdefault(ip, len(self._ips))
 
     def _bad(self, line: BadLine) -> bool:
         return self._table is not None and self._table.bad_line(line) is not None
@@ -343,22 +352,26 @@ def _order_ranks(stamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _order_key(stamps: pd.Series) -> tuple[pd.Series, np.ndarray]:
-    """Numbers when all are numbers, else dates when more than half parse as dates (the others are unreadable:
-    missing or not a date), else text (docs/design.md §2)."""
+    """Numbers when more than half are numbers, else dates when more than half parse as dates, else text
+    (docs/design.md §2); with numbers or dates, the timestamps that are not one (`oops`, `not a time`, an
+    empty cell) are unreadable (the array's True)."""
     present = stamps.notna().to_numpy()
     numbers = pd.to_numeric(stamps, errors="coerce")
-    none = np.zeros(len(stamps), dtype=bool)
-    if numbers.notna().to_numpy()[present].all() and present.any():
-        return numbers, none
+    if _most(numbers, present):
+        return numbers, present & numbers.isna().to_numpy()
     try:
         dates = pd.to_datetime(stamps, errors="coerce", format="mixed", utc=True)
     except (ValueError, TypeError, OverflowError):
         dates = None
-    if dates is not None and present.any():
-        parsed = dates.notna().to_numpy()
-        if parsed[present].all() or parsed.sum() * 2 > present.sum():
-            return dates, present & ~parsed
-    return stamps, none
+    if dates is not None and _most(dates, present):
+        return dates, present & dates.isna().to_numpy()
+    return stamps, np.zeros(len(stamps), dtype=bool)
+
+
+def _most(read: pd.Series, present: np.ndarray) -> bool:
+    """Every present timestamp was read, or more than half of them."""
+    found = read.notna().to_numpy()
+    return bool(present.any() and (found[present].all() or found.sum() * 2 > present.sum()))
 
 
 def _series_cells(file: CsvFile, order: np.ndarray, starts: np.ndarray, ends: np.ndarray,

@@ -422,3 +422,48 @@ def test_parquet_text_cells_that_are_not_numbers_are_named(tmp_path):
     frame = pd.DataFrame({"ip": ["x", "y"], "a": ["1", "oops"], "b": [1.0, 2.0]})
     table = read_table(parquet_of(frame, tmp_path / "t.parquet"))
     assert table[0].unreadable is None and table[1].unreadable == (1, "row 2 (a)", "oops")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_long_tables_bad_lines_cost_only_their_ips(tmp_path, monkeypatch, seed):
+    """Random long tables of dates with rows of other fields and timestamps that are not times: every other
+    IP's series is the one of the table without those rows, in time order."""
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(readers, "CHUNK_ROWS", int(rng.choice([1, 3, 50])))
+    for trial in range(6):
+        rows = []
+        for _ in range(int(rng.integers(1, 40))):
+            ip, day = f"h{rng.integers(0, 8)}", f"2026-01-{rng.integers(1, 29):02d}"
+            value = random_cell(rng, 0.3)
+            change = rng.random()
+            if change < 0.1:
+                rows.append(f"{ip},{day},{value},{rng.integers(0, 9)}")
+            elif change < 0.15:
+                rows.append(f"{ip},{day}")
+            elif change < 0.2:
+                rows.append(f"{ip},not a time,{value}")
+            else:
+                rows.append(f"{ip},{day},{value}")
+        path = write(tmp_path, "ip,timestamp,value\n" + "\n".join(rows) + "\n", f"b{trial}.csv")
+        _, records = reference_records(path)
+        bad, good = {}, {}
+        for line, cells in records:
+            ip = cells[0].strip()
+            if len(cells) != 3:
+                bad.setdefault(ip, f"line {line}: {len(cells)} fields, the header has 3")
+            good.setdefault(ip, [])
+            if len(cells) == 3 and cells[1] != "not a time":
+                good[ip].append((pd.Timestamp(cells[1]), len(good[ip]), cells[1], cells[2]))
+        dated = sum(len(cells) == 3 and cells[1] != "not a time" for _, cells in records)
+        if dated * 2 <= sum(len(cells) == 3 for _, cells in records):
+            continue  # mostly not times: the table sorts as text
+        table = read_table(path)
+        assert [s.ip for s in table] == list(good)
+        for series in table:
+            if series.ip in bad:
+                assert series.problem.startswith(bad[series.ip]), (series.ip, series.problem)
+                continue
+            points = sorted(good[series.ip])
+            values = pd.to_numeric(pd.Series([p[3] for p in points], dtype=object), errors="coerce")
+            assert series.labels == [p[2] for p in points]
+            assert same_numbers(series.values, values.to_numpy(dtype=float)), series.ip
