@@ -132,15 +132,26 @@ class Table:
         return f"table {self.path} has no data rows or fewer than two columns"
 
     def _wide(self) -> Iterator[list[Series]]:
-        start = 0
+        start = good = 0
         for ids, block, notes in self.file.wide_chunks():
             if notes.lines is None and not notes.unreadable:
                 yield self._first_appearances(ids, block, start)
             else:
                 yield self._noted_appearances(ids, block, notes)
             start += len(ids)
+            good += len(ids) - len(notes.bad)
         if not start and not self.bad_lines:
             raise UsageError(self._empty())
+        self._some_good(good)
+
+    def _some_good(self, good: int) -> None:
+        """A table none of whose lines has the header's fields is read wrong as a whole (a header with a
+        trailing comma, another separator): the run stops, as for an unreadable table, not a night of
+        invalid_input rows that exits 0."""
+        if not good and self.bad_lines:
+            first = min(self.line_problems.values(), key=lambda problem: int(problem.split(":")[0].split()[1]),
+                        default=self.lost_lines[0].problem(self.width) if self.lost_lines else "")
+            raise UsageError(f"no line of table {self.path} has the header's {self.width} fields ({first})")
 
     def _first_appearances(self, ids: list[str], block: np.ndarray, start: int) -> list[Series]:
         found = []
@@ -198,6 +209,7 @@ class Table:
             points.add(*chunk)
         if not points.rows and not self.bad_lines:
             raise UsageError(self._empty())
+        self._some_good(points.rows - len(points.bad_rows))
         yield from points.series(self.file)
 
 
@@ -211,7 +223,7 @@ class LongPoints:
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._ranks = np.zeros(0, dtype=np.int64)  # by timestamp code, once series() has begun
         self._unused: set[int] = set()  # timestamp codes of no series: only on bad lines, or unreadable
-        self._bad_rows: list[int] = []  # rows of lines with other than the header's fields
+        self.bad_rows: list[int] = []  # rows of lines with other than the header's fields
         self._odd_values: dict[int, tuple[str, str]] = {}  # row -> (where, text) of an unreadable value
         self._notes: list[Notes] = []  # each chunk's, where its rows are lines (for where())
         self._starts: list[int] = []
@@ -228,7 +240,7 @@ class LongPoints:
                 notes.lines = notes.lines.astype(np.int32)  # kept to the end: 4 bytes a row
             self._notes.append(notes)
             self._starts.append(self.rows)
-            self._bad_rows += [self.rows + row for row in notes.bad]
+            self.bad_rows += [self.rows + row for row in notes.bad]
             for line in sorted([*notes.bad.values(), *(line for _, line in notes.absent)], key=lambda b: b.line):
                 self._bad(line)  # in the file's order: an IP's problem is its first bad line
             for row, (_, _, text) in notes.unreadable.items():
@@ -283,7 +295,7 @@ class LongPoints:
         group = groups[ip_codes]
         labels = np.array([np.nan if s is None else s for s in self._stamps], dtype=object)
         keep = np.ones(len(values), dtype=bool)
-        keep[self._bad_rows] = False
+        keep[self.bad_rows] = False
         used = np.zeros(len(labels), dtype=bool)
         used[stamp_codes[keep]] = True
         self._ranks, odd_stamps = _order_ranks(np.where(used, labels, np.nan))

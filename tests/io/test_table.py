@@ -376,9 +376,11 @@ def test_a_line_of_other_fields_costs_only_its_own_ip(tmp_path, monkeypatch, see
         else:
             path = tmp_path / name
             path.write_bytes(text.encode())
-        if not reference_records(path)[1] or all(len(f) != width and not f[0].strip()
-                                                  for _, f in reference_records(path)[1]):
-            continue  # no line with an IP: the table is empty
+        records = reference_records(path)[1]
+        if all(len(f) != width for _, f in records):  # no line fits the header: the table is unreadable
+            with pytest.raises(UsageError, match="no data rows|no line of table"):
+                check_lines(path)
+            continue
         check_lines(path)
 
 
@@ -467,3 +469,10 @@ def test_a_long_tables_bad_lines_cost_only_their_ips(tmp_path, monkeypatch, seed
             values = pd.to_numeric(pd.Series([p[3] for p in points], dtype=object), errors="coerce")
             assert series.labels == [p[2] for p in points]
             assert same_numbers(series.values, values.to_numpy(dtype=float)), series.ip
+
+
+@pytest.mark.parametrize("text", ["ip,a,b,\nx,1,2\ny,3,4\n", "ip,a\nx,1,\ny,2,\n", "ip,timestamp,value\nx,1\n"])
+def test_a_table_none_of_whose_lines_fits_its_header_is_unreadable(tmp_path, text):
+    """A header with a trailing comma, or every line with one: the table is read wrong as a whole (exit 2)."""
+    with pytest.raises(UsageError, match=r"no line of table .* has the header's \d fields \(line 2: "):
+        read_table(write(tmp_path, text))
