@@ -69,8 +69,8 @@ class InputReport:
         self.per_ip: dict[str, int] = {}  # the first LOGGED IPs
 
     def note(self, series: Series) -> None:
-        if series.unreadable is None:
-            return
+        """Count and log a series with unreadable cells."""
+        assert series.unreadable is not None
         count, where, text = series.unreadable
         self.cells += count
         self.ips += 1
@@ -149,7 +149,8 @@ class Plan:
         return self.params.since is not None and self.first(series) == len(series.labels)
 
     def _plan(self, series: Series) -> Job | None:
-        self.input.note(series)
+        if series.unreadable is not None:
+            self.input.note(series)
         if self._nothing_after_since(series):  # --since: no rows
             self.rows.skip(series.position)
             self.skipped += 1
