@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 from conftest import read_out, run_cli
 
-from batchpredict import RunOptions, predict_table
+from batchpredict import Params, RunOptions, predict_table
 from batchpredict.errors import OutputError
 from batchpredict.io import output
 
@@ -232,11 +232,11 @@ def test_a_folder_that_takes_no_file_exits_2_before_any_job(tmp_path):
     assert done.stderr.count("\n") == 1 and "beside --out" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_failed_write_of_the_summary_leaves_the_earlier_output_whole(tmp_path, monkeypatch, clean_run, base_store):
+def test_a_failed_write_of_the_summary_leaves_the_earlier_output_whole(tmp_path, monkeypatch):
     """The CSV, events and summary replace the old ones all or none; the journal is kept for --resume."""
-    out = tmp_path / "a.csv"
+    out, data, models = tmp_path / "a.csv", str(REPO / "examples" / "stats.csv"), str(REPO / "models")
     options = RunOptions(workers=2)
-    predict_table(str(clean_run.table), str(base_store), out=str(out), options=options)
+    predict_table(data, models, out=str(out), params=Params(points=3), options=options)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != "a.csv.lock"}
 
     def full(path: str, summary: dict) -> None:
@@ -244,10 +244,11 @@ def test_a_failed_write_of_the_summary_leaves_the_earlier_output_whole(tmp_path,
 
     monkeypatch.setattr(output, "write_summary", full)
     with pytest.raises(OutputError, match=r"^no space left on device writing .*a\.csv\.summary\.json; ") as caught:
-        predict_table(str(clean_run.table), str(base_store), out=str(out), options=options)
+        predict_table(data, models, out=str(out), params=Params(points=5), options=options)
     assert caught.value.exit_code == 74
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name not in ("a.csv.lock", "a.csv.journal")}
-    assert after == before and (tmp_path / "a.csv.journal").exists()
+    assert after == before and sorted(before) == ["a.csv", "a.csv.events.csv", "a.csv.summary.json"]
+    assert (tmp_path / "a.csv.journal").exists()
 
 
 # --- a real full disk: a small tmpfs where this process may mount one, else a file size limit -------------
