@@ -16,8 +16,9 @@ from .job import Params
 
 DESCRIPTION = ("Nightly per-IP LSTM anomaly scoring, one isolated worker process per job. Exit codes: 0 every IP "
                "answered, 1 the output is complete but some jobs failed, 2 bad invocation or unreadable input "
-               "(nothing written), 75 another run holds the output's lock, 128+N stopped by signal N (rerun with "
-               "--resume).")
+               "(nothing written), 74 a disk error writing the output (no space, quota, read-only: the earlier "
+               "output is untouched, rerun with --resume), 75 another run holds the output's lock, 128+N stopped "
+               "by signal N (rerun with --resume).")
 Commands = argparse._SubParsersAction
 
 
@@ -33,6 +34,9 @@ def _predict(commands: Commands) -> None:
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
     predict.add_argument("--allow-unsealed", action="store_true",
                          help="a store with a manifest.json may hold IPs it does not list (they run unchecked)")
+    predict.add_argument("--strict-input", action="store_true",
+                         help="an IP with a cell that is neither a number nor a missing mark is invalid_input "
+                              "(default: that cell counts as missing, and the log and summary name it)")
     predict.set_defaults(func=cmd_predict)
 
 

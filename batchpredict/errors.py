@@ -1,6 +1,10 @@
 """One exception hierarchy; the CLI maps each class to an exit code (docs/design.md §5)."""
 from __future__ import annotations
 
+import contextlib
+import errno
+from collections.abc import Iterator
+
 
 def first_line(exc: BaseException) -> str:
     """An exception as its type and the first line of its message: a row's one-line error."""
@@ -24,6 +28,32 @@ class LockHeld(BatchPredictError):
     """Another run holds the lock on the same output."""
 
     exit_code = 75
+
+
+class OutputError(BatchPredictError):
+    """Writing a file of the run failed for want of space, quota, a working disk or permission (EX_IOERR).
+
+    The run stops; what was written before is untouched and the journal keeps every finished job.
+    """
+
+    exit_code = 74
+
+
+# The errors of a disk, not of the program: each stops the run with exit 74, naming the file.
+IO_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+             errno.EIO: "input/output error", errno.EROFS: "read-only file system",
+             errno.EACCES: "permission denied", errno.EFBIG: "file too large (no space left under its limit)"}
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+    """An OSError of IO_ERRORS while writing `path` as an OutputError naming it; any other as it is."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in IO_ERRORS:
+            raise
+        raise OutputError(f"{IO_ERRORS[exc.errno]} writing {path}") from exc
 
 
 class Interrupted(BatchPredictError):

@@ -59,6 +59,7 @@ class RunOptions:
     trust_store: bool = False       # let store files run code: any pickle, Keras Lambda layers (--trust-store)
     allow_unsealed: bool = False    # a store with a manifest.json may have IPs it does not list
     history: str | None = None      # the folder of each IP's values and predictions kept between nights
+    strict_input: bool = False      # an IP with a cell that is no number is invalid_input, not missing there
 
 
 @dataclass(kw_only=True)

@@ -7,7 +7,7 @@ import time
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 from prometheus_client.parser import text_string_to_metric_families
 
-from .errors import BatchPredictError
+from .errors import BatchPredictError, writing
 from .result import Severity, Status
 
 PREFIX = "batchpredict"
@@ -22,7 +22,7 @@ def render(summary: dict | None, exit_code: int, started: float, finished: float
 
 def collect(summary: dict | None, exit_code: int, started: float, finished: float, *,
             last_success: float | None = None) -> CollectorRegistry:
-    """Metrics of one run; `summary` is None when the run stopped before its output (exit 2, 75, signal)."""
+    """Metrics of one run; `summary` is None when the run stopped before its output (exit 2, 74, 75, signal)."""
     registry = CollectorRegistry()
 
     def gauge(name: str, doc: str, value: float | None) -> None:
@@ -35,7 +35,8 @@ def collect(summary: dict | None, exit_code: int, started: float, finished: floa
     gauge("last_run_timestamp_seconds", "When the last run ended (Unix time).", finished)
     gauge("last_run_duration_seconds", "Wall time of the last run.", finished - started)
     gauge("last_run_exit_code",
-          "Exit code of the last run (0 ok, 1 some jobs failed, 2 usage, 75 locked, 128+N signal).", exit_code)
+          "Exit code of the last run (0 ok, 1 some jobs failed, 2 usage, 74 disk error, 75 locked, 128+N signal).",
+          exit_code)
     gauge("last_run_success", "1 when the last run exited 0, else 0.", int(success))
     gauge("last_success_timestamp_seconds", "When a run last exited 0 (Unix time).", last_success)
     if summary is None:
@@ -86,7 +87,8 @@ def write_metrics(path: str, summary: dict | None, exit_code: int, started: floa
     a file, and never the temporary one, whose name does not end in .prom."""
     registry = collect(summary, exit_code, started, time.time(), last_success=previous_success(path))
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        write_to_textfile(path, registry)
+        with writing(path):  # a full disk is exit 74, as for the output
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            write_to_textfile(path, registry)
     except OSError as exc:
         raise BatchPredictError(f"cannot write metrics file {path}: {exc.strerror or exc}") from None

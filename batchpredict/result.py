@@ -27,6 +27,7 @@ class Outcome:
     worker_pid: int | None = None
     worker_peak_rss_mib: float | None = None
     reroute: str = ""  # not an answer: why this worker's pool cannot run the task (see Job.rerouted)
+    outage: str = ""   # a disk error writing a file the run keeps (the IP's history): the run stops, exit 74
 
 
 @dataclass(kw_only=True, slots=True)

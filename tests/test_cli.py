@@ -109,17 +109,33 @@ def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, 
 
 
 def test_a_table_unreadable_past_its_first_chunk_exits_2_and_keeps_nothing(store, tmp_path):
-    """Jobs have run by the time the bad line is read: the run still ends as an unreadable table does."""
+    """Jobs have run by the time the bad bytes are read: the run still ends as an unreadable table does."""
+    path = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
+    with open(path, "ab") as fh:
+        fh.writelines(f"10.8.{i // 256}.{i % 256},".encode() + b",".join([b"1"] * 40) + b"\n" for i in range(10_000))
+        fh.write(b"10.9.9.\xff," + b",".join([b"1"] * 40) + b"\n")
+    out = tmp_path / "o" / "a.csv"
+    done = run_cli("predict", "--data", path, "--models", store, "--out", out)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot read table {path}: 'utf-8' codec can't decode byte 0xff" in done.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["a.csv.lock"]  # no CSV, summary or journal
+
+
+def test_a_long_line_past_the_first_chunk_costs_only_its_ip(store, tmp_path):
+    """The line is found after jobs have run; its IP's row is invalid_input, every other row as it was."""
     path = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
     with open(path, "a") as fh:
         fh.writelines(f"10.8.{i // 256}.{i % 256}," + ",".join(["1"] * 40) + "\n" for i in range(10_000))
         fh.write("10.9.9.9," + ",".join(["1"] * 41) + "\n")
+        fh.write("10.9.9.10," + ",".join(["1"] * 40) + "\n")
     out = tmp_path / "o" / "a.csv"
     done = run_cli("predict", "--data", path, "--models", store, "--out", out)
-    assert done.returncode == 2, done.stderr
-    assert f"cannot read table {path}: Error tokenizing data. C error: Expected 41 fields in line 10014, saw 42" \
-        in done.stderr
-    assert sorted(p.name for p in out.parent.iterdir()) == ["a.csv.lock"]  # no CSV, summary or journal
+    assert done.returncode == 0, done.stderr
+    frame = read_out(out).set_index("ip")
+    assert len(frame) == len(BASE_IPS) + 10_002 and frame.index[-1] == "10.9.9.10"
+    assert frame.loc["10.9.9.9", "status"] == "invalid_input"
+    assert frame.loc["10.9.9.9", "error"] == "line 10014: 42 fields, the header has 41"
+    assert (frame.loc[BASE_IPS, "status"] == "ok").all() and frame.loc["10.9.9.10", "status"] == "no_model"
 
 
 def test_a_parquet_table_scores_as_its_csv(store, table, tmp_path):

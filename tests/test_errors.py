@@ -12,6 +12,7 @@ from batchpredict.errors import (
     Interrupted,
     JobError,
     LockHeld,
+    OutputError,
     Unsupported,
     UsageError,
     first_line,
@@ -24,10 +25,12 @@ DESIGN = Path(__file__).parents[1] / "docs" / "design.md"
 def test_each_exit_code_of_the_design_is_a_class():
     section = DESIGN.read_text().split("## 5.")[1].split("\n## ")[0]
     codes = set(re.findall(r"^\| (\d+(?:\+N)?) \|", section, re.MULTILINE))
-    assert codes == {"0", "1", "2", "75", "128+N"}
-    assert (BatchPredictError.exit_code, UsageError.exit_code, LockHeld.exit_code) == (1, 2, 75)
+    assert codes == {"0", "1", "2", "74", "75", "128+N"}
+    assert (BatchPredictError.exit_code, UsageError.exit_code, OutputError.exit_code, LockHeld.exit_code) == (
+        1, 2, 74, 75)
     assert JobError(Status.ERROR, "x").exit_code == Unsupported("x").exit_code == 1
-    assert all(issubclass(c, BatchPredictError) for c in (UsageError, LockHeld, Interrupted, JobError, Unsupported))
+    assert all(issubclass(c, BatchPredictError)
+               for c in (UsageError, OutputError, LockHeld, Interrupted, JobError, Unsupported))
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from importlib import metadata
 from typing import NoReturn
 
@@ -24,9 +24,10 @@ import numpy as np
 import pandas as pd
 
 from .. import extras
-from ..errors import Interrupted, JobError, UsageError
+from ..errors import Interrupted, JobError, OutputError, UsageError, writing
 from ..io import output
-from ..io.journal import Journal, Lock, fingerprint
+from ..io.files import replaced
+from ..io.journal import Journal, Lock, check_writable, fingerprint
 from ..io.store import Store
 from ..io.table import Series, Table
 from ..job import ENGINES, Job, Params, RunOptions
@@ -62,6 +63,43 @@ def check_params(params: Params) -> Parsed:
     return std, method if params.alerting else None
 
 
+LOGGED = 20  # IPs with unreadable cells, and lines without an IP, logged one by one; the rest are counted
+
+
+class InputReport:
+    """What the table held that is no number (each counts as missing) or no line of the header's width:
+    logged once per IP for the first LOGGED, counted in the summary's `input` (docs/design.md §2)."""
+
+    def __init__(self) -> None:
+        self.cells = 0
+        self.ips = 0
+        self.per_ip: dict[str, int] = {}  # the first LOGGED IPs
+
+    def note(self, series: Series) -> None:
+        """Count and log a series with unreadable cells."""
+        assert series.unreadable is not None
+        count, where, text = series.unreadable
+        self.cells += count
+        self.ips += 1
+        if self.ips <= LOGGED:
+            self.per_ip[series.ip] = count
+            log.warning("%s: %d unreadable cell%s counted as missing, the first on %s: %r", series.ip, count,
+                        "s" * (count != 1), where, text)
+
+    def summary(self, table: Table) -> dict:
+        """The summary's `input`; logs what was left to say."""
+        if self.ips > LOGGED:
+            log.warning("%d more IPs with unreadable cells (summary.json: input)", self.ips - LOGGED)
+        for line in table.lost_lines[:LOGGED]:
+            log.warning("line %d: %d fields, the header has %d, and no IP: left out", line.line, line.fields,
+                        table.width)
+        if len(table.lost_lines) > LOGGED:
+            log.warning("%d more lines without an IP left out (summary.json: input)", len(table.lost_lines) - LOGGED)
+        return {"bad_lines": table.bad_lines, "lines_without_ip": [line.line for line in table.lost_lines[:LOGGED]],
+                "lines_without_ip_count": len(table.lost_lines), "unreadable_cells": self.cells,
+                "unreadable_ips": self.ips, "unreadable": self.per_ip}
+
+
 class Plan:
     """Turns the table's series into rows settled at once and jobs, as the executor asks for jobs.
 
@@ -70,12 +108,14 @@ class Plan:
 
     def __init__(self, table: Table, store: Store, params: Params, *, engine: str, rows: output.Rows,
                  trust: bool = False, allow_unsealed: bool = False, parsed: Parsed | None = None,
-                 history: str | None = None) -> None:
+                 history: str | None = None, strict_input: bool = False) -> None:
         if engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         self.std_mode, self.method = parsed or check_params(params)  # for every job: none parses them again
         self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
         self.trust, self.allow_unsealed, self.history = trust, allow_unsealed, history  # RunOptions', for every job
+        self.strict_input = strict_input  # an IP with an unreadable cell is invalid_input (--strict-input)
+        self.input = InputReport()
         self.done: dict[str, Result] = {}
         self.running: dict[str, int] = {}  # IP -> table position of each job handed out and not finished
         self.jobs = 0      # handed out
@@ -118,6 +158,8 @@ class Plan:
         return self.params.since is not None and self.first(series) == len(series.labels)
 
     def _plan(self, series: Series) -> Job | None:
+        if series.unreadable is not None:
+            self.input.note(series)
         if self._nothing_after_since(series):  # --since: no rows
             self.rows.skip(series.position)
             self.skipped += 1
@@ -144,6 +186,11 @@ class Plan:
     def _check(self, series: Series) -> Job:
         if series.problem:
             self._check_problem(series)
+        if series.unreadable and self.strict_input:
+            count, where, text = series.unreadable
+            self.store.check_ip(series.ip)
+            raise JobError(Status.INVALID_INPUT, f"{count} unreadable cell{'s' * (count != 1)}, the first on "
+                                                 f"{where}: {text!r} (--strict-input)")
         found = self.store.artefacts(series.ip)
         sealed = self.store.sealed(series.ip, self.allow_unsealed)
         if np.isnan(series.values).all():  # no process needed to say so
@@ -201,17 +248,28 @@ def _rows(params: Params, cells: bool = False) -> output.Rows:
                        events=cells or params.several, alert=params.alerting)
 
 
-
 def _run(data: str, models: str, out: str | None, params: Params, *, options: RunOptions, rows: output.Rows,
          on_result: Callable[[Result], None] | None, on_start: Callable[[int | None], None] | None) -> dict:
     parsed = check_params(params)
     if options.engine == "keras":
         extras.require_tensorflow("--engine keras")
     started, cpu = time.monotonic(), time.process_time()
+    try:
+        return _steps(data, models, out, params, options=options, rows=rows, on_result=on_result,
+                      on_start=on_start, started=started, cpu=cpu, parsed=parsed)
+    except OutputError as exc:  # the workers are stopped and the journal closed by now
+        raise OutputError(f"{exc}; {_KEPT}") from exc
+
+
+def _steps(data: str, models: str, out: str | None, params: Params, *, options: RunOptions, rows: output.Rows,
+           on_result: Callable[[Result], None] | None, on_start: Callable[[int | None], None] | None,
+           started: float, cpu: float, parsed: Parsed) -> dict:
+    """_run's steps, in order (docs/design.md §5)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
         if out:  # before anything is read: a second run on the same output exits 75 at once
             stack.enter_context(Lock(out + ".lock"))
+            check_writable(out)  # before any job: a folder that takes no file exits 2, not after the night
         if options.history:  # each worker writes its IP's file there: one run at a time
             stack.enter_context(Lock(os.path.join(options.history, ".lock")))
         store = Store(models)
@@ -220,16 +278,11 @@ def _run(data: str, models: str, out: str | None, params: Params, *, options: Ru
         first = next(chunks)  # an unreadable or empty table stops the run before anything is written
         executor = make_executor(options)
         plan = Plan(table, store, params, engine=options.engine, rows=rows, trust=options.trust_store,
-                    allow_unsealed=options.allow_unsealed, parsed=parsed, history=options.history)
-        journal = None
-        if out:
-            settings = {"params": dataclasses.asdict(params), "layout": options.layout,
-                        **({"history": options.history} if options.history else {})}
-            journal = Journal(out + ".journal", fingerprint(data, models, settings))
-            plan.done = journal.open(options.resume)
-            stack.callback(journal.close, remove=False)
-            if plan.done:
-                log.info("resuming: %d jobs already done", len(plan.done))
+                    allow_unsealed=options.allow_unsealed, parsed=parsed, history=options.history,
+                    strict_input=options.strict_input)
+        journal = _journal(stack, out, plan, fingerprint(data, models, {
+            "params": dataclasses.asdict(params), "layout": options.layout,
+            **({"history": options.history} if options.history else {})}), resume=options.resume) if out else None
 
         def tasks() -> Iterator[Job | None]:
             yield from plan.jobs_of(_chain(first, chunks))
@@ -238,36 +291,70 @@ def _run(data: str, models: str, out: str | None, params: Params, *, options: Ru
 
         if on_start:
             on_start(None)
-
-        try:
-            for result in executor.run(run_job, tasks()):
-                for line in result.log:
-                    log.info(line)
-                for line in result.debug:
-                    log.debug(line)
-                plan.finish(result)
-                if journal:
-                    journal.append(result)
-                if on_result:
-                    on_result(result)
-        except UsageError:  # the table turned out unreadable further on: nothing is kept
-            if journal:
-                journal.close(remove=True)
-            raise
+        _dispatch(executor.run(run_job, tasks()), plan, journal, on_result)
         plan.settle_duplicates()
         info = rows.summary(plan.jobs, time.monotonic() - started, peak_rss_mib(),
                             backend=executor.name, workers=options.workers,
                             jobs_per_worker=options.jobs_per_worker, engine=options.engine,
-                            skipped=plan.skipped, last_label=table.last_label(),
+                            skipped=plan.skipped, last_label=table.last_label(), input=plan.input.summary(table),
                             timings=_timings(plan, started, cpu), versions=versions())
         if out:
-            rows.write_csv(out)
-            if params.several:
-                rows.write_events(out + ".events.csv")
-            output.write_summary(out + ".summary.json", info)
+            _write_output(out, rows, params, info)
         if journal:
             journal.close(remove=True)
     return info
+
+
+def _journal(stack: contextlib.ExitStack, out: str, plan: Plan, fingerprinted: str, *, resume: bool) -> Journal:
+    """The run's journal beside `out`, closed (and kept) on the way out; with `resume`, its jobs done."""
+    journal = Journal(out + ".journal", fingerprinted)
+    stack.callback(journal.close, remove=False)  # before open: its header may meet a full disk
+    plan.done = journal.open(resume)
+    if plan.done:
+        log.info("resuming: %d jobs already done", len(plan.done))
+    return journal
+
+
+def _dispatch(results: Iterator[Result], plan: Plan, journal: Journal | None,
+              on_result: Callable[[Result], None] | None) -> None:
+    """Each result as it comes: its log lines, its row, its journal line, the caller's callback. A disk error
+    in a worker (writing its IP's history) stops the run, the workers with it, before its row is kept."""
+    try:
+        for result in results:
+            if result.outage:
+                raise OutputError(result.outage)
+            for line in result.log:
+                log.info(line)
+            for line in result.debug:
+                log.debug(line)
+            plan.finish(result)
+            if journal:
+                journal.append(result)
+            if on_result:
+                on_result(result)
+    except UsageError:  # the table turned out unreadable further on: nothing is kept
+        if journal:
+            journal.close(remove=True)
+        raise
+    finally:
+        if isinstance(results, Generator):  # closed now, not when the traceback goes: its workers stop
+            results.close()
+
+
+_KEPT = "the earlier output is untouched and the journal keeps every finished job: free space, then rerun with --resume"
+
+
+def _write_output(out: str, rows: output.Rows, params: Params, info: dict) -> None:
+    """The CSV, its events file and its summary, all or none: each is written beside its old self, and the
+    three replace the old ones only once all are written (a full disk leaves the earlier output as it was)."""
+    files = [(out, rows.write_csv)]
+    if params.several:
+        files.append((out + ".events.csv", rows.write_events))
+    files.append((out + ".summary.json", lambda path: output.write_summary(path, info)))
+    with writing(out), contextlib.ExitStack() as stack:  # the renames, at its end, name the CSV
+        for path, write in files:
+            with writing(path):
+                write(stack.enter_context(replaced(path)))
 
 
 def _chain(first: list[Series], rest: Iterator[list[Series]]) -> Iterator[list[Series]]:

@@ -1,13 +1,15 @@
 """Append-only record of finished jobs, so an interrupted run can `--resume`."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import tempfile
 from typing import IO
 
-from ..errors import LockHeld, UsageError
+from ..errors import LockHeld, UsageError, writing
 from ..result import Result
 
 
@@ -28,11 +30,13 @@ class Journal:
         self.path = path
         self.fingerprint = fingerprint
         self._fh: IO[str] | None = None
+        self._failed = False  # a write failed: what is in the file is every line written whole, and a part
 
     def open(self, resume: bool) -> dict[str, Result]:
         """Start the journal; with `resume`, return the results it already holds."""
-        done = self._read() if resume and os.path.exists(self.path) else {}
-        self._fh = open(self.path, "a" if done else "w")  # noqa: SIM115 - open for the run; close() closes it
+        with writing(self.path):
+            done = self._read() if resume and os.path.exists(self.path) else {}
+            self._fh = open(self.path, "a" if done else "w")  # noqa: SIM115 - open for the run; close() closes it
         if not done:
             self._write({"journal": 1, "fingerprint": self.fingerprint})
         return done
@@ -64,13 +68,20 @@ class Journal:
 
     def _write(self, record: dict) -> None:
         assert self._fh is not None
-        self._fh.write(json.dumps(record) + "\n")
-        self._fh.flush()
+        try:
+            with writing(self.path):
+                self._fh.write(json.dumps(record) + "\n")
+                self._fh.flush()
+        except BaseException:
+            self._failed = True  # a line cut short is cut off by the next --resume
+            raise
 
     def close(self, remove: bool) -> None:
         if self._fh:
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            # After a failed write, closing flushes what is left of that line and may fail the same way.
+            with contextlib.suppress(OSError) if self._failed else contextlib.nullcontext():
+                fh.close()
         if remove and os.path.exists(self.path):
             os.unlink(self.path)
 
@@ -83,15 +94,19 @@ class Lock:
         self._fd: int | None = None
 
     def __enter__(self) -> Lock:
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise UsageError(f"cannot create {self.path} beside --out: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise LockHeld(f"another run holds {self.path}; it is writing the same output") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        with contextlib.suppress(OSError):  # the pid is for a person to read; a full disk is the journal's to say
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
         return self
 
@@ -99,3 +114,15 @@ class Lock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def check_writable(out: str) -> None:
+    """UsageError unless a file can be created beside `out` (its folder created if need be)."""
+    folder = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, path = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(out)}.", suffix=".check")
+        os.close(fd)
+        os.unlink(path)
+    except OSError as exc:
+        raise UsageError(f"cannot create a file beside --out {out}: {exc.strerror or exc}") from None

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import lzma
+import math
+import warnings
+import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from .lines import BadLine, Lines
 
 CHUNK_ROWS = 10_000
 PARQUET_MAGIC = b"PAR1"
@@ -26,8 +32,59 @@ PARQUET_MAGIC = b"PAR1"
 MISSING = ["", "nan", "NaN", "NAN", "-nan", "NA", "N/A", "n/a", "NULL", "null", "None", "-", "?",
            "True", "TRUE", "true", "False", "FALSE", "false"]
 
-Chunk = TypeVar("Chunk")
+_MARKS = frozenset(MISSING)
+
+Chunk = TypeVar("Chunk", bound=tuple)
 Codes = tuple[np.ndarray, list]  # a column's cells as (codes, distinct values), None for a missing cell
+
+
+@dataclass
+class Notes:
+    """What a chunk's lines and cells say beside its numbers (docs/design.md §2)."""
+
+    start: int = 0  # the file's rows before the chunk
+    lines: np.ndarray | None = None  # each row's physical line (the header's is 1), where the lines were read
+    bad: dict[int, BadLine] = field(default_factory=dict)  # rows whose line has other than the header's fields
+    absent: list[tuple[int, BadLine]] = field(default_factory=list)  # lines the parser left out, each with
+    # the row it came before
+    unreadable: dict[int, tuple[int, int, str]] = field(default_factory=dict)  # row -> (cells that are not
+    # numbers, the first one's column among the values, its text)
+    padded: bool = False  # a row may be a short line's (its last cell is empty): its line must be read
+    rows_are_lines: bool = True  # a CSV's; a Parquet file has rows only
+
+    def where(self, row: int) -> str:
+        """The row's place in the file, as an error names it: `line 14` (`row 13` in Parquet)."""
+        if not self.rows_are_lines:
+            return f"row {self.start + row + 1}"
+        return f"line {int(self.lines[row]) if self.lines is not None else self.start + row + 2}"
+
+
+def unreadable_cells(cells: np.ndarray, values: np.ndarray) -> dict[int, tuple[int, int, str]]:
+    """Per row of a block (a column is a block of one), its cells that hold neither a number nor a missing
+    mark (MISSING, a NaN however spelled): (how many, the first one's column, its text)."""
+    if not values.size:
+        return {}
+    nan = np.isnan(values).reshape(len(values), -1)
+    if not nan.any():
+        return {}
+    texts = cells.reshape(len(values), -1)
+    found: dict[int, tuple[int, int, str]] = {}
+    for row, column in zip(*np.nonzero(nan), strict=True):
+        text = texts[row, column]
+        if isinstance(text, str) and _unreadable(text):
+            count, first, first_text = found.get(row, (0, int(column), text))
+            found[int(row)] = (count + 1, first, first_text)
+    return found
+
+
+def _unreadable(text: str) -> bool:
+    text = text.strip()
+    if text in _MARKS:
+        return False
+    try:
+        return not math.isnan(float(text))  # "nan", "-NaN" ...: a NaN as written, not text
+    except ValueError:
+        return True
 
 
 def text_numbers(cells: Any) -> np.ndarray:
@@ -101,8 +158,9 @@ def _readable(path: str, what: str, errors: tuple[type[BaseException], ...]) -> 
         raise UsageError(f"cannot read {what} {path}: {detail}") from None
 
 
+# A compressed file cut short or not what its name says (gzip.BadGzipFile is an OSError) is unreadable too.
 _CSV_ERRORS = (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
-               PermissionError)
+               PermissionError, EOFError, OSError, zlib.error, lzma.LZMAError)
 _TEXT = dict(keep_default_na=False, skipinitialspace=True)  # every cell as written, leading spaces skipped
 
 
@@ -113,38 +171,58 @@ def read_text_csv(path: str, what: str, **options: Any) -> pd.DataFrame:
 
 
 class CsvFile:
-    """A CSV table, tokenised by pandas' C parser as a whole-file read would be."""
+    """A CSV table, tokenised by pandas' C parser as a whole-file read would be, each line read against the
+    header: a line of other fields is named (`Notes.bad`, `Notes.absent`), never shifts the table."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.header = [str(c) for c in read_text_csv(path, "table", nrows=0).columns]
+        # A first data line longer than the header sets how many fields the parser takes (index_col=False keeps
+        # it from reading the extra ones as the index): it and every line up to that long are rows, truncated.
+        with _readable(path, "table", _CSV_ERRORS):
+            first = Lines(path, block=1 << 16)
+            try:
+                fields = first.first_fields()
+            finally:
+                first.close()
+        self.limit = max(len(self.header), fields or 0)
 
-    def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray]]:
-        """(ids as written, values) for each chunk of rows."""
+    def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray, Notes]]:
+        """(ids as written, values, notes) for each chunk of rows."""
 
-        def fast(frame: pd.DataFrame) -> tuple[list[str], np.ndarray] | None:
+        def fast(frame: pd.DataFrame) -> tuple[list[str], np.ndarray, Notes] | None:
             block = frame.iloc[:, 1:].to_numpy(dtype=float)
-            return None if integer_rows(block).any() else (frame.iloc[:, 0].tolist(), block)
+            if integer_rows(block).any():
+                return None
+            return frame.iloc[:, 0].tolist(), block, Notes(padded=bool(np.isnan(block[:, -1:]).any()))
 
-        def exact(frame: pd.DataFrame) -> tuple[list[str], np.ndarray]:
-            return frame.iloc[:, 0].tolist(), row_numbers(frame.iloc[:, 1:].to_numpy(dtype=object))
+        def exact(frame: pd.DataFrame) -> tuple[list[str], np.ndarray, Notes]:
+            cells = frame.iloc[:, 1:].to_numpy(dtype=object)
+            block = row_numbers(cells)
+            notes = Notes(unreadable=unreadable_cells(cells, block), padded=bool(np.isnan(block[:, -1:]).any()))
+            return frame.iloc[:, 0].tolist(), block, notes
 
         return self._chunks(self.header[1:], fast, exact)
 
-    def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray]]:
-        """(IP codes, timestamp codes, float values) for each chunk of rows; see LongPoints."""
+    def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray, Notes]]:
+        """(IP codes, timestamp codes, float values, notes) for each chunk of rows; see LongPoints."""
 
-        def chunk(frame: pd.DataFrame, values: np.ndarray) -> tuple[Codes, Codes, np.ndarray]:
-            return _factorize(frame.iloc[:, 0]), _factorize(frame.iloc[:, 1]), values
+        def chunk(frame: pd.DataFrame, values: np.ndarray, notes: Notes) -> tuple[Codes, Codes, np.ndarray, Notes]:
+            notes.padded = bool(np.isnan(values).any())
+            return _factorize(frame.iloc[:, 0]), _factorize(frame.iloc[:, 1]), values, notes
 
-        return self._chunks(self.header[2:3], lambda f: chunk(f, f.iloc[:, 2].to_numpy(dtype=float)),
-                            lambda f: chunk(f, float_values(f.iloc[:, 2].to_numpy(dtype=object))))
+        def exact(frame: pd.DataFrame) -> tuple[Codes, Codes, np.ndarray, Notes]:
+            cells = frame.iloc[:, 2].to_numpy(dtype=object)
+            values = float_values(cells)
+            return chunk(frame, values, Notes(unreadable=unreadable_cells(cells, values)))
+
+        return self._chunks(self.header[2:3], lambda f: chunk(f, f.iloc[:, 2].to_numpy(dtype=float), Notes()), exact)
 
     def cells(self, column: int, rows: np.ndarray) -> list:
         """The text of one column at the given rows (sorted), read again from the file."""
         found: list = []
         start = 0
-        for frame in self._frames(()):
+        for frame, _ in self._frames(()):
             end = start + len(frame)
             found += frame.iloc[rows[(rows >= start) & (rows < end)] - start, column].tolist()
             start = end
@@ -153,30 +231,87 @@ class CsvFile:
     def _chunks(self, numbers: list[str], fast: Callable[[pd.DataFrame], Chunk | None],
                 exact: Callable[[pd.DataFrame], Chunk]) -> Iterator[Chunk]:
         """`fast` on chunks whose `numbers` columns the C parser read as floats, until a cell is neither a
-        number nor MISSING or `fast` declines a chunk; from that chunk on, `exact` on chunks of text."""
-        done = 0
+        number nor MISSING or `fast` declines a chunk; from that chunk on, `exact` on chunks of text. Each
+        chunk's notes name its lines that are not the header's width, once the lines are read (_Beside)."""
+        beside = _Beside(self)
         try:
-            for frame in self._frames(numbers):
-                chunk = fast(frame)
-                if chunk is None:
-                    break
-                yield chunk
-                done += 1
-            else:
-                return
-        except ValueError:  # the C parser met a cell that is not a number
-            pass
-        for frame in itertools.islice(self._frames(()), done, None):
-            yield exact(frame)
+            done = 0
+            try:
+                for frame, warned in self._frames(numbers):
+                    chunk = fast(frame)
+                    if chunk is None:
+                        break
+                    yield beside.note(chunk, len(frame), warned)
+                    done += 1
+                else:
+                    yield from beside.end(fast)
+                    return
+            except ValueError:  # the C parser met a cell that is not a number
+                pass
+            for frame, warned in itertools.islice(self._frames(()), done, None):
+                yield beside.note(exact(frame), len(frame), warned)
+            yield from beside.end(exact)
+        finally:
+            beside.close()
 
-    def _frames(self, numbers: list[str] | tuple[()]) -> Iterator[pd.DataFrame]:
+    def _frames(self, numbers: list[str] | tuple[()]) -> Iterator[tuple[pd.DataFrame, bool]]:
+        """Each chunk of rows, and whether the parser left out a line (one with more than `limit` fields)."""
         types: dict[str, Any] = {**dict.fromkeys(self.header, object), **dict.fromkeys(numbers, np.float64)}
         with _readable(self.path, "table", _CSV_ERRORS), pd.read_csv(
-                self.path, dtype=types, na_values=dict.fromkeys(numbers, MISSING), chunksize=CHUNK_ROWS, **_TEXT
-        ) as reader:
-            for frame in reader:
-                if len(frame):
-                    yield frame
+                self.path, dtype=types, na_values=dict.fromkeys(numbers, MISSING), chunksize=CHUNK_ROWS,
+                index_col=False, on_bad_lines="warn", **_TEXT) as reader:
+            last = pd.DataFrame({name: pd.Series(dtype=object) for name in self.header})
+            while True:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", pd.errors.ParserWarning)
+                    frame = next(reader, None)
+                warned = any(str(w.message).startswith("Skipping line") for w in caught)
+                if frame is None:
+                    if warned:  # the last lines were left out: an empty chunk says so
+                        yield last.iloc[:0], True
+                    return
+                if len(frame) or warned:
+                    yield frame, warned
+                last = frame
+
+
+class _Beside:
+    """The file's lines (lines.Lines), read beside its chunks from the first chunk that needs them: a line
+    the parser left out, a row whose last cell is empty (a short line is padded), or an unreadable cell."""
+
+    def __init__(self, file: CsvFile) -> None:
+        self.file = file
+        self.rows = 0
+        with _readable(file.path, "table", _CSV_ERRORS):
+            self.lines = Lines(file.path) if file.limit > len(file.header) else None
+
+    def note(self, chunk: Chunk, rows: int, warned: bool) -> Chunk:
+        notes: Notes = chunk[-1]
+        with _readable(self.file.path, "table", _CSV_ERRORS):
+            if self.lines is None and (warned or notes.padded or notes.unreadable):
+                self.lines = Lines(self.file.path)
+                self.lines.take(self.rows, self.file.limit)  # the rows before this chunk, planned already
+            if self.lines is not None:
+                notes.lines, notes.bad, notes.absent = self.lines.take(rows, self.file.limit)
+        notes.start = self.rows
+        self.rows += rows
+        return chunk
+
+    def end(self, make: Callable[[pd.DataFrame], Any]) -> Iterator[Any]:
+        """A chunk of no rows holding the lines left out after the last row, if any."""
+        if self.lines is None:
+            return
+        with _readable(self.file.path, "table", _CSV_ERRORS):
+            rest = self.lines.rest()
+        if rest:
+            chunk = make(pd.DataFrame({name: pd.Series(dtype=object) for name in self.file.header}))
+            notes: Notes = chunk[-1]
+            notes.start, notes.lines, notes.absent = self.rows, np.zeros(0, dtype=np.int64), [(0, b) for b in rest]
+            yield chunk
+
+    def close(self) -> None:
+        if self.lines is not None:
+            self.lines.close()
 
 
 def _factorize(column: pd.Series) -> Codes:
@@ -197,14 +332,23 @@ class ParquetFile:
         with _readable(path, "table", self._errors):
             self.header = list(pq.read_schema(path).names)
 
-    def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray]]:
+    def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray, Notes]]:
+        start = 0
         for batch in self._batches():
-            values = np.column_stack([_parquet_numbers(column) for column in batch.columns[1:]])
-            yield [ip or "" for ip in _texts(batch.column(0)).to_pylist()], values
+            read = [_parquet_numbers(column) for column in batch.columns[1:]]
+            values = np.column_stack([numbers for numbers, _ in read])
+            notes = Notes(start=start, rows_are_lines=False, unreadable=_unreadable_columns(read, len(values)))
+            yield [ip or "" for ip in _texts(batch.column(0)).to_pylist()], values, notes
+            start += len(values)
 
-    def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray]]:
+    def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray, Notes]]:
+        start = 0
         for batch in self._batches():
-            yield _dictionary(batch.column(0)), _dictionary(batch.column(1)), _parquet_numbers(batch.column(2))
+            values, cells = _parquet_numbers(batch.column(2))
+            notes = Notes(start=start, rows_are_lines=False,
+                          unreadable=unreadable_cells(cells, values) if cells is not None else {})
+            yield _dictionary(batch.column(0)), _dictionary(batch.column(1)), values, notes
+            start += len(values)
 
     def _batches(self) -> Iterator[Any]:
         import pyarrow.parquet as pq
@@ -232,7 +376,8 @@ def _dictionary(column: Any) -> Codes:
     return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
 
 
-def _parquet_numbers(column: Any) -> np.ndarray:
+def _parquet_numbers(column: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """A column's numbers, and its cells where they are text (read as a CSV's)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -240,10 +385,23 @@ def _parquet_numbers(column: Any) -> np.ndarray:
         column = column.dictionary_decode()
     kind = column.type
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
-        return pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+        return pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False), None
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return float_values(np.array(_texts(column).to_pylist(), dtype=object))
-    return np.full(len(column), np.nan)
+        cells = np.array(_texts(column).to_pylist(), dtype=object)
+        return float_values(cells), cells
+    return np.full(len(column), np.nan), None
+
+
+def _unreadable_columns(read: list[tuple[np.ndarray, np.ndarray | None]], rows: int) -> dict[int, tuple[int, int, str]]:
+    """unreadable_cells of a batch's text columns, per row, over all of them."""
+    found: dict[int, tuple[int, int, str]] = {}
+    for column, (values, cells) in enumerate(read):
+        if cells is None:
+            continue
+        for row, (count, _, text) in unreadable_cells(cells, values).items():
+            total, first, first_text = found.get(row, (0, column, text))
+            found[row] = (total + count, first, first_text)
+    return found
 
 
 TableFile = CsvFile | ParquetFile

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import writing
 from ..io import history, manifest
 from ..job import Job
 
@@ -89,9 +90,10 @@ def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.nda
         total = float(np.cumsum(np.concatenate([[total], dropped[numeric]]))[-1])
         count += int(numeric.sum())
     values = joined.values[cut:]
-    history.write(history.path_of(folder, job.ip),
-                  history.History(labels=list(joined.labels[cut:]), values=values, before=(total, count),
-                                  key=current, predicted=predicted[-len(values):]))
+    path = history.path_of(folder, job.ip)
+    with writing(path):  # a full disk, as errors.IO_ERRORS says, is an OutputError naming the file
+        history.write(path, history.History(labels=list(joined.labels[cut:]), values=values, before=(total, count),
+                                            key=current, predicted=predicted[-len(values):]))
 
 
 def _alone(table: Joined, note: str) -> Joined:

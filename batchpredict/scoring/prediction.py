@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from .. import extras
-from ..errors import JobError, Unsupported, first_line
+from ..errors import JobError, OutputError, Unsupported, first_line
 from ..io import manifest
 from ..job import Job
 from ..result import Points, Result, Status
@@ -89,8 +89,8 @@ def _score(job: Job, result: Result) -> None:
         alert, score, judged, rule = (a[keep] for a in alerting.alerts(residuals, severity == 2, job.std, method,
                                                                          observed=values))
     if job.history:
-        _leave(job, job.history, joined, predicted=predicted, current=current,
-               keep=reach + window + params.rolling + len(observed[keep]))
+        result.outage = _leave(job, job.history, joined, predicted=predicted, current=current,
+                               keep=reach + window + params.rolling + len(observed[keep]))
     result.points = Points(np.asarray(joined.labels)[positions[keep]], observed[keep], predicted[keep], stds[keep],
                            lower=lowers[:, keep], upper=uppers[:, keep], anomaly=anomaly[keep],
                            severity=severity[keep], rolled=rolled[keep], std_mode=params.std, alert=alert,
@@ -133,9 +133,13 @@ def _joined(job: Job, result: Result, *, window: int, engine: str) -> tuple[nigh
     return joined, current
 
 
-def _leave(job: Job, folder: str, joined: nights.Joined, *, predicted: np.ndarray, current: str, keep: int) -> None:
-    """The IP's history for the next night; a file that cannot be written fails the job, which says why."""
+def _leave(job: Job, folder: str, joined: nights.Joined, *, predicted: np.ndarray, current: str, keep: int) -> str:
+    """The IP's history for the next night. A disk that takes no more (errors.IO_ERRORS) is the run's to stop
+    on, and returned; any other error writing it fails the job, which says why."""
     try:
         nights.leave(job, folder, joined, keep=keep, predicted=predicted, current=current)
+    except OutputError as exc:
+        return str(exc)
     except OSError as exc:
         raise JobError(Status.ERROR, f"history not written to {folder}: {exc.strerror or exc}") from None
+    return ""

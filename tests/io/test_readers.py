@@ -159,9 +159,9 @@ def test_csv_chunks_of_any_size_give_each_rows_numbers_by_the_rule(tmp_path, mon
             rows = [[c if c in readers.MISSING or c.lstrip("-").replace(".", "").isdigit() else "1.5" for c in row]
                     for row in rows]
         chunks = list(CsvFile(wide_csv(tmp_path, rows, f"w{trial}.csv")).wide_chunks())
-        assert all(0 < len(ids) <= readers.CHUNK_ROWS for ids, _ in chunks)
-        assert [i for ids, _ in chunks for i in ids] == [f"ip{r}" for r in range(len(rows))]
-        values = np.concatenate([v for _, v in chunks])
+        assert all(0 < len(ids) <= readers.CHUNK_ROWS for ids, _, _ in chunks)
+        assert [i for ids, _, _ in chunks for i in ids] == [f"ip{r}" for r in range(len(rows))]
+        values = np.concatenate([v for _, v, _ in chunks])
         for r, row in enumerate(rows):
             assert same_numbers(values[r], text_numbers(row)), row
 
@@ -171,8 +171,8 @@ def test_a_row_of_integers_with_a_minus_zero_and_a_column_of_booleans(tmp_path, 
     monkeypatch.setattr(readers, "CHUNK_ROWS", 1)
     path = write(tmp_path, "ip,a,b\nz,True,false\nx,-0,1\ny,-0,\n")  # the booleans first, while chunks go fast
     chunks = list(CsvFile(path).wide_chunks())
-    assert [ids for ids, _ in chunks] == [["z"], ["x"], ["y"]]
-    values = np.concatenate([v for _, v in chunks])
+    assert [ids for ids, _, _ in chunks] == [["z"], ["x"], ["y"]]
+    values = np.concatenate([v for _, v, _ in chunks])
     assert same_numbers(values, np.array([[np.nan, np.nan], [0.0, 1.0], [-0.0, np.nan]]))
 
 
@@ -184,7 +184,7 @@ def test_a_header_only_csv_has_no_chunks(tmp_path):
 def test_long_csv_chunks_code_ips_and_timestamps_as_written(tmp_path, monkeypatch):
     monkeypatch.setattr(readers, "CHUNK_ROWS", 3)
     path = write(tmp_path, "ip,timestamp,value\na,1,2\n b,2,x\na,2,-0\nb\nc,1,7\n")
-    (ips, stamps, values), (ips2, stamps2, values2) = CsvFile(path).long_chunks()
+    (ips, stamps, values, _), (ips2, stamps2, values2, _) = CsvFile(path).long_chunks()
     assert [ips[1][c] for c in ips[0]] == ["a", "b", "a"] and [stamps[1][c] for c in stamps[0]] == ["1", "2", "2"]
     assert same_numbers(values, np.array([2.0, np.nan, -0.0]))  # one value a series: read as floats
     assert [ips2[1][c] for c in ips2[0]] == ["b", "c"] and [stamps2[1][c] for c in stamps2[0]] == ["", "1"]
@@ -215,9 +215,9 @@ def test_parquet_wide_numbers_as_stored_text_as_a_csvs_cells_anything_else_nan(t
     file = open_table_file(parquet(tmp_path, table, "t.data"))
     assert file.header == ["ip", "int", "decimal", "text", "bool", "time", "dictionary", "float"]
     chunks = list(file.wide_chunks())
-    assert [ids for ids, _ in chunks] == [["a", ""], ["c"]]  # a missing id is an empty one
+    assert [ids for ids, _, _ in chunks] == [["a", ""], ["c"]]  # a missing id is an empty one
     nan = np.nan
-    assert same_numbers(np.concatenate([v for _, v in chunks]), np.array([
+    assert same_numbers(np.concatenate([v for _, v, _ in chunks]), np.array([
         [1, 1.25, -0.0, nan, nan, 1.5, 1.5], [2, nan, nan, nan, nan, 2, nan], [3, 3, nan, nan, nan, 1.5, -0.0]]))
 
 
@@ -226,7 +226,7 @@ def test_parquet_long_codes_with_a_missing_cell_as_none(tmp_path, monkeypatch):
     table = pa.table({"ip": pa.array([7, 8, 7]),  # ids of any type, as text
                       "ds": pa.array(pd.to_datetime(["2026-01-02", "2026-01-01", None])),
                       "y": pa.array(["1", "-0", "x"])})
-    (ips, stamps, values), (ips2, stamps2, values2) = open_table_file(parquet(tmp_path, table)).long_chunks()
+    (ips, stamps, values, _), (ips2, stamps2, values2, _) = open_table_file(parquet(tmp_path, table)).long_chunks()
     assert [ips[1][c] for c in ips[0]] == ["7", "8"] and [s[:10] for s in stamps[1]] == ["2026-01-02", "2026-01-01"]
     assert same_numbers(values, np.array([1.0, -0.0]))
     assert [ips2[1][c] for c in ips2[0]] == ["7"] and stamps2[1] == [None] and np.isnan(values2).all()

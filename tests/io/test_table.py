@@ -1,3 +1,6 @@
+import csv
+import gzip
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -262,3 +265,214 @@ def test_since_in_a_wide_table_is_a_column_and_must_exist(tmp_path):
         after(path, "4")
     with pytest.raises(UsageError, match="'1.0' is not a timestamp of any IP"):
         after(write(tmp_path, "ip,timestamp,value\na,1,1\n", "l.csv"), "1.0")  # as written: the same number written otherwise is not the label
+
+
+# --- every line read against its header (docs/design.md §2) ---
+
+def reference_records(path):
+    """Each record after the header by the csv module: (the physical line it starts on, its fields)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh, skipinitialspace=True)
+        records, before = [], 0
+        for fields in reader:
+            start, before = before + 1, reader.line_num
+            if fields:
+                records.append((start, fields))
+    return records[0][1], records[1:]
+
+
+def unreadable_reference(cells):
+    """The cells that are neither numbers nor missing marks."""
+    values = pd.to_numeric(pd.Series(cells, dtype=object), errors="coerce").to_numpy(dtype=float)
+    odd = []
+    for cell, value in zip(cells, values):
+        text = cell.strip()
+        if np.isnan(value) and text not in readers.MISSING:
+            try:
+                if np.isnan(float(text)):
+                    continue
+            except ValueError:
+                pass
+            odd.append(cell)
+    return odd
+
+
+def check_lines(path):
+    header, records = reference_records(path)
+    width = len(header)
+    expected, lost = {}, []
+    for line, fields in records:
+        ip = fields[0].strip()
+        if len(fields) != width:
+            if not ip:
+                lost.append(line)
+                continue
+            entry = expected.setdefault(ip, {"bad": None, "values": None})
+            entry["bad"] = entry["bad"] or f"line {line}: {len(fields)} fields, the header has {width}"
+        elif ip not in expected:
+            odd = unreadable_reference(fields[1:])
+            expected[ip] = {"bad": None, "values": pd.to_numeric(pd.Series(fields[1:], dtype=object),
+                                                                   errors="coerce").to_numpy(dtype=float),
+                            "odd": (len(odd), line, odd[0]) if odd else None}
+        else:
+            expected[ip].setdefault("again", True)
+    table = Table(str(path))
+    series = [s for chunk in table.chunks() for s in chunk]
+    assert [s.ip for s in series] == list(expected)  # nothing shifted, nothing lost, nothing made up
+    for s in series:
+        want = expected[s.ip]
+        if want["bad"]:
+            assert (s.problem or table.duplicate_problem(s.ip)).startswith(want["bad"]), (s.ip, s.problem, want)
+            continue
+        assert same_numbers(s.values, want["values"]), (s.ip, s.values, want["values"])
+        problem = s.problem or table.duplicate_problem(s.ip)
+        assert problem.startswith("line ") or ("IP appears" in problem) == bool(want.get("again")), (s.ip, problem)
+        if want["odd"] and not problem:
+            count, line, text = want["odd"]
+            assert s.unreadable[0] == count and s.unreadable[1].startswith(f"line {line} ") and s.unreadable[2] == text
+        elif not problem:
+            assert s.unreadable is None, (s.ip, s.unreadable)
+    assert [line.line for line in table.lost_lines] == lost
+
+
+def random_line(rng, ip, width):
+    cells = [random_cell(rng, 0.3) for _ in range(width - 1)]
+    if rng.random() < 0.05:
+        cells[int(rng.integers(0, len(cells)))] = '"12\n3"'  # a quoted cell over two lines: text, named
+    if rng.random() < 0.05:
+        cells[int(rng.integers(0, len(cells)))] = '"1,234"'
+    change = rng.random()
+    if change < 0.08:
+        cells += [str(rng.integers(0, 9)) for _ in range(int(rng.integers(1, 4)))]  # more fields
+    elif change < 0.14:
+        cells = cells[:int(rng.integers(0, len(cells)))]  # fewer
+    elif change < 0.17:
+        cells.append("")  # a stray trailing comma
+    return ",".join([ip, *cells])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_line_of_other_fields_costs_only_its_own_ip(tmp_path, monkeypatch, seed):
+    """Random tables with lines of more or fewer fields than the header (the first one too), blank lines,
+    quoted cells over two lines, CRLF, gzip, at chunk sizes from one row up: every other IP reads as the
+    rule says, ids never shift, and each bad line is named by its physical line."""
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(readers, "CHUNK_ROWS", int(rng.choice([1, 2, 3, 7, 64])))
+    for trial in range(6):
+        width = int(rng.integers(2, 7))
+        lines = ["ip," + ",".join(f"b{j}" for j in range(width - 1))]
+        for r in range(int(rng.integers(1, 40))):
+            if rng.random() < 0.05:
+                lines.append("")
+            ip = "" if rng.random() < 0.04 else f"h{rng.integers(0, 30)}"
+            lines.append(random_line(rng, ip, width))
+        end = "\r\n" if rng.random() < 0.3 else "\n"
+        text = end.join(lines) + (end if rng.random() < 0.8 else "")
+        name = f"r{trial}.csv"
+        if rng.random() < 0.3:
+            path = tmp_path / (name + ".gz")
+            path.write_bytes(gzip.compress(text.encode()))
+        else:
+            path = tmp_path / name
+            path.write_bytes(text.encode())
+        records = reference_records(path)[1]
+        if all(len(f) != width for _, f in records):  # no line fits the header: the table is unreadable
+            with pytest.raises(UsageError, match="no data rows|no line of table"):
+                check_lines(path)
+            continue
+        check_lines(path)
+
+
+def test_the_first_line_with_a_stray_comma_shifts_nothing(tmp_path):
+    path = write(tmp_path, "ip,a,b\nx,1,2,\ny,3,4\nz,5,6,7,8\nw,7\n")
+    table = read_table(path)
+    assert [(s.ip, s.problem) for s in table] == [("x", "line 2: 4 fields, the header has 3"), ("y", ""),
+                                                  ("z", "line 4: 5 fields, the header has 3"),
+                                                  ("w", "line 5: 2 fields, the header has 3")]
+    assert list(table[1].values) == [3.0, 4.0]
+
+
+def test_a_bad_line_in_a_later_chunk_of_the_c_parsers_floats(tmp_path, monkeypatch):
+    """The lines are read only from the chunk that needs them, caught up over the chunks before."""
+    monkeypatch.setattr(readers, "CHUNK_ROWS", 3)
+    rows = [f"h{i},{i},{i + 1}" for i in range(12)]
+    rows[8] += ",9,9"
+    path = write(tmp_path, "ip,a,b\n" + "\n".join(rows) + "\n")
+    table = read_table(path)
+    assert [s.ip for s in table] == [f"h{i}" for i in range(12)]
+    assert table[8].problem == "line 10: 5 fields, the header has 3"
+    assert [list(s.values) for s in table if s.ip != "h8"] == [[i, i + 1] for i in range(12) if i != 8]
+
+
+def test_long_bad_lines_and_timestamps_that_do_not_parse(tmp_path):
+    text = ("ip,timestamp,value\na,2026-01-01,1\na,2026-01-02,2\na,not a time,5\nb,2026-01-01,1,234\n"
+            "b,2026-01-02,3\nc,2026-01-01,oops\nc,2026-01-02,4\nd,2026-01-01\n,2026-01-03,1,2\ne,2026-01-03,6\n")
+    table = Table(write(tmp_path, text))
+    series = {s.ip: s for chunk in table.chunks() for s in chunk}
+    assert list(series) == ["a", "b", "c", "d", "e"]
+    assert series["a"].labels == ["2026-01-01", "2026-01-02"] and list(series["a"].values) == [1.0, 2.0]
+    assert series["a"].unreadable == (1, "line 4 (timestamp)", "not a time") and not series["a"].problem
+    assert series["b"].problem == "line 5: 4 fields, the header has 3"
+    assert series["c"].unreadable == (1, "line 7 (value)", "oops")
+    assert series["d"].problem == "line 9: 2 fields, the header has 3"
+    assert [line.line for line in table.lost_lines] == [10] and table.bad_lines == 3
+    assert table.last_label() == "2026-01-03"
+
+
+def test_parquet_text_cells_that_are_not_numbers_are_named(tmp_path):
+    frame = pd.DataFrame({"ip": ["x", "y"], "a": ["1", "oops"], "b": [1.0, 2.0]})
+    table = read_table(parquet_of(frame, tmp_path / "t.parquet"))
+    assert table[0].unreadable is None and table[1].unreadable == (1, "row 2 (a)", "oops")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_long_tables_bad_lines_cost_only_their_ips(tmp_path, monkeypatch, seed):
+    """Random long tables of dates with rows of other fields and timestamps that are not times: every other
+    IP's series is the one of the table without those rows, in time order."""
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(readers, "CHUNK_ROWS", int(rng.choice([1, 3, 50])))
+    for trial in range(6):
+        rows = []
+        for _ in range(int(rng.integers(1, 40))):
+            ip, day = f"h{rng.integers(0, 8)}", f"2026-01-{rng.integers(1, 29):02d}"
+            value = random_cell(rng, 0.3)
+            change = rng.random()
+            if change < 0.1:
+                rows.append(f"{ip},{day},{value},{rng.integers(0, 9)}")
+            elif change < 0.15:
+                rows.append(f"{ip},{day}")
+            elif change < 0.2:
+                rows.append(f"{ip},not a time,{value}")
+            else:
+                rows.append(f"{ip},{day},{value}")
+        path = write(tmp_path, "ip,timestamp,value\n" + "\n".join(rows) + "\n", f"b{trial}.csv")
+        _, records = reference_records(path)
+        bad, good = {}, {}
+        for line, cells in records:
+            ip = cells[0].strip()
+            if len(cells) != 3:
+                bad.setdefault(ip, f"line {line}: {len(cells)} fields, the header has 3")
+            good.setdefault(ip, [])
+            if len(cells) == 3 and cells[1] != "not a time":
+                good[ip].append((pd.Timestamp(cells[1]), len(good[ip]), cells[1], cells[2]))
+        dated = sum(len(cells) == 3 and cells[1] != "not a time" for _, cells in records)
+        if dated * 2 <= sum(len(cells) == 3 for _, cells in records):
+            continue  # mostly not times: the table sorts as text
+        table = read_table(path)
+        assert [s.ip for s in table] == list(good)
+        for series in table:
+            if series.ip in bad:
+                assert series.problem.startswith(bad[series.ip]), (series.ip, series.problem)
+                continue
+            points = sorted(good[series.ip])
+            values = pd.to_numeric(pd.Series([p[3] for p in points], dtype=object), errors="coerce")
+            assert series.labels == [p[2] for p in points]
+            assert same_numbers(series.values, values.to_numpy(dtype=float)), series.ip
+
+
+@pytest.mark.parametrize("text", ["ip,a,b,\nx,1,2\ny,3,4\n", "ip,a\nx,1,\ny,2,\n", "ip,timestamp,value\nx,1\n"])
+def test_a_table_none_of_whose_lines_fits_its_header_is_unreadable(tmp_path, text):
+    """A header with a trailing comma, or every line with one: the table is read wrong as a whole (exit 2)."""
+    with pytest.raises(UsageError, match=r"no line of table .* has the header's \d fields \(line 2: "):
+        read_table(write(tmp_path, text))

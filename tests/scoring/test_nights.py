@@ -3,6 +3,7 @@ the whole table, however a night ends, on the bundled LSTMs and their example se
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -272,3 +273,27 @@ def test_a_second_run_on_the_same_history_exits_75(example, tmp_path):
     finally:
         first.kill()
         first.wait(30)
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_the_history_is_exit_74_and_resume_finishes_the_night(example, tmp_path):
+    from test_input_corruption import resize, tmpfs
+
+    folder = tmp_path / "disk"
+    with tmpfs(folder, "16m"):
+        first = predict("--data", night(example, tmp_path / "n0.csv", 0, 200), "--out", tmp_path / "n0.out.csv",
+                        "--points", "40", "--history", folder)
+        assert first.returncode == 0, first.stderr
+        disk = os.statvfs(folder)
+        resize(folder, f"{(disk.f_blocks - disk.f_bfree) * disk.f_frsize}")  # not one more page
+        labels = list(example.columns[1:])
+        table, out, since = night(example, tmp_path / "n1.csv", 200 - BEFORE, 224), tmp_path / "n1.out.csv", labels[199]
+        done = predict("--data", table, "--out", out, "--since", since, "--history", folder)
+        assert done.returncode == 74, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert re.match(rf"batchpredict: no space left on device writing {folder}/[\w.]+\.history; ", last), last
+        assert "Traceback" not in done.stderr and not out.exists()
+        resize(folder, "16m")
+        again = predict("--data", table, "--out", out, "--since", since, "--history", folder, "--resume")
+        assert again.returncode == 0, again.stderr
+        pd.testing.assert_frame_equal(rows(out), stateless(example, tmp_path, 224, since))
