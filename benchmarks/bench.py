@@ -200,7 +200,7 @@ def hashing_ms(store: str, entries: dict[str, dict], rounds: int = 3) -> float:
     for _ in range(rounds):
         start = time.perf_counter()
         for ip, entry in entries.items():
-            manifest.check(store, entry, found[ip].model, found[ip].scaler, found[ip].std)
+            manifest.check(store, entry, found[ip].model, found[ip].scaler, std=found[ip].std)
         best = min(best, (time.perf_counter() - start) / len(entries) * 1e3)
     return best
 
