@@ -27,6 +27,25 @@ HERE = Path(__file__).parent
 os.environ.setdefault("BATCHPREDICT_CACHE", tempfile.mkdtemp(prefix="batchpredict-cache-"))
 # The team's shared folder beside the repo; BATCHPREDICT_SHARED points elsewhere (e.g. from a worktree).
 SHARED = Path(os.environ.get("BATCHPREDICT_SHARED") or HERE.parent.parent / "shared")
+
+
+def engine_models() -> list[Path]:
+    """The bundled models, and the real ones of shared/ where it is there: what the engine's tests run."""
+    bundled = HERE.parent / "models" / "model"
+    found = sorted(bundled.glob("*.h5")) + sorted(bundled.glob("*.keras"))
+    real = SHARED / "fixtures" / "real-models"
+    return found + (sorted(real.glob("*.h5")) if real.is_dir() else [])
+
+
+def engine_runs(path: Path) -> bool:
+    """Whether the numpy engine takes the model: those it refuses are not the caller's test."""
+    from batchpredict.scoring.engine import load
+
+    try:
+        load(str(path))
+    except Exception:  # noqa: BLE001 - any refusal
+        return False
+    return True
 BASE_IPS = [f"10.1.0.{i}" for i in range(1, 11)] + ["2001:db8::7", "host-a.example"]
 
 

@@ -8,17 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED
+from conftest import engine_models, engine_runs
 
 from batchpredict.scoring.engine import artefact, cache, load
 
 MODELS = Path(__file__).parents[3] / "models" / "model"
-REAL = SHARED / "fixtures" / "real-models"
-
-
-def model_files() -> list[Path]:
-    found = sorted(MODELS.glob("*.h5")) + sorted(MODELS.glob("*.keras"))
-    return found + (sorted(REAL.glob("*.h5")) if REAL.is_dir() else [])
 
 
 @pytest.fixture
@@ -31,17 +25,9 @@ def entries(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.weights")) if folder.is_dir() else []
 
 
-def runnable(path: Path) -> bool:
-    try:
-        load(str(path))
-    except Exception:  # noqa: BLE001 - models the engine refuses are not this test's
-        return False
-    return True
-
-
-@pytest.mark.parametrize("path", model_files(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", engine_models(), ids=lambda p: p.name)
 def test_a_model_from_the_cache_predicts_the_same_numbers(path, folder, monkeypatch):
-    if not runnable(path):
+    if not engine_runs(path):
         pytest.skip("a model the numpy engine does not run")
     for entry in entries(folder):
         entry.unlink()

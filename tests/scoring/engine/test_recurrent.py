@@ -2,36 +2,18 @@
 what each gives on the whole sequence, one after another."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from conftest import SHARED
+from conftest import engine_models, engine_runs
 
 from batchpredict.scoring.engine import load
 
-MODELS = Path(__file__).parents[3] / "models" / "model"
-REAL = SHARED / "fixtures" / "real-models"
 
-
-def model_files() -> list[Path]:
-    found = sorted(MODELS.glob("*.h5")) + sorted(MODELS.glob("*.keras"))
-    return found + (sorted(REAL.glob("*.h5")) if REAL.is_dir() else [])
-
-
-def runnable(path: Path) -> bool:
-    try:
-        load(str(path))
-    except Exception:  # noqa: BLE001 - models the engine refuses are not this test's
-        return False
-    return True
-
-
-@pytest.mark.parametrize("path", model_files(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", engine_models(), ids=lambda p: p.name)
 def test_layers_stepped_together_give_what_they_give_one_after_another(path):
     """model.predict runs a stack of recurrent layers in step over time; each layer's own call on the whole
     sequence, one after another, is the reference."""
-    if not runnable(path):
+    if not engine_runs(path):
         pytest.skip("a model the numpy engine does not run")
     model = load(str(path))
     x = np.random.default_rng(1).normal(size=(9, *[d or 20 for d in model.input_shape[1:]])).astype(np.float32)
