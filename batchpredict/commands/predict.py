@@ -66,6 +66,12 @@ def check_params(params: Params) -> Parsed:
 LOGGED = 20  # IPs with unreadable cells, and lines without an IP, logged one by one; the rest are counted
 
 
+def unreadable(cells: tuple[int, str, str], how: str = "") -> str:
+    """A series' unreadable cells (Series.unreadable) in words: how many, `how` they were taken, the first."""
+    count, where, text = cells
+    return f"{count} unreadable cell{'s' * (count != 1)}{how}, the first on {where}: {text!r}"
+
+
 class InputReport:
     """What the table held that is no number (each counts as missing) or no line of the header's width:
     logged once per IP for the first LOGGED, counted in the summary's `input` (docs/design.md §2)."""
@@ -78,13 +84,12 @@ class InputReport:
     def note(self, series: Series) -> None:
         """Count and log a series with unreadable cells."""
         assert series.unreadable is not None
-        count, where, text = series.unreadable
+        count = series.unreadable[0]
         self.cells += count
         self.ips += 1
         if self.ips <= LOGGED:
             self.per_ip[series.ip] = count
-            log.warning("%s: %d unreadable cell%s counted as missing, the first on %s: %r", series.ip, count,
-                        "s" * (count != 1), where, text)
+            log.warning("%s: %s", series.ip, unreadable(series.unreadable, " counted as missing"))
 
     def summary(self, table: Table) -> dict:
         """The summary's `input`; logs what was left to say."""
@@ -187,10 +192,8 @@ class Plan:
         if series.problem:
             self._check_problem(series)
         if series.unreadable and self.strict_input:
-            count, where, text = series.unreadable
             self.store.check_ip(series.ip)
-            raise JobError(Status.INVALID_INPUT, f"{count} unreadable cell{'s' * (count != 1)}, the first on "
-                                                 f"{where}: {text!r} (--strict-input)")
+            raise JobError(Status.INVALID_INPUT, unreadable(series.unreadable) + " (--strict-input)")
         found = self.store.artefacts(series.ip)
         sealed = self.store.sealed(series.ip, self.allow_unsealed)
         if np.isnan(series.values).all():  # no process needed to say so

@@ -56,19 +56,19 @@ def key(job: Job, *, window: int, engine: str) -> str:
 
 def join(job: Job, folder: str, current: str) -> Joined:
     """The IP's series with its history before it; the table alone where there is none that lines up."""
-    table = Joined(labels=job.labels, values=np.asarray(job.values, dtype=float), before=None)
+    table = alone(job)
     path = history.path_of(folder, job.ip)
     try:
         kept = history.read(path)
     except history.Unreadable as exc:
-        return _alone(table, f"{path}: {exc}")
+        return alone(job, f"{path}: {exc}")
     if kept is None or not job.labels:
         return table
     start = _start(kept.labels, job.labels)
     if start is None:
         if kept.labels[0] in job.labels:  # the table reaches back further than the history: it has it all
             return table
-        return _alone(table, f"{path}: its labels ({kept.labels[0]} ... {kept.labels[-1]}) do not line up with "
+        return alone(job, f"{path}: its labels ({kept.labels[0]} ... {kept.labels[-1]}) do not line up with "
                              f"the table's ({job.labels[0]} ...)")
     both = kept.values[start:start + len(table.values)]
     alike = both.view("<i8") == table.values[:len(both)].view("<i8")
@@ -96,8 +96,9 @@ def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.nda
                                             key=current, predicted=predicted[-len(values):]))
 
 
-def _alone(table: Joined, note: str) -> Joined:
-    return Joined(labels=table.labels, values=table.values, before=None, note=note)
+def alone(job: Job, note: str = "") -> Joined:
+    """The table's series without a history; `note` says why there is none, where one was looked for."""
+    return Joined(labels=job.labels, values=np.asarray(job.values, dtype=float), before=None, note=note)
 
 
 def _start(kept: list[str], labels: list[str]) -> int | None:

@@ -125,7 +125,7 @@ def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedSc
 def _joined(job: Job, result: Result, *, window: int, engine: str) -> tuple[nights.Joined, str]:
     """The IP's series (with its history, under --history) and what its predictions depend on."""
     if not job.history:
-        return nights.Joined(labels=job.labels, values=np.asarray(job.values, dtype=float), before=None), ""
+        return nights.alone(job), ""
     current = nights.key(job, window=window, engine=engine)
     joined = nights.join(job, job.history, current)
     if joined.note:
