@@ -11,6 +11,7 @@ from typing import NoReturn, TypeVar
 
 from . import logs
 from .job import ENGINES, Params, RunOptions, default_workers
+from .rules import parse_duration
 from .runtime.backend import BACKENDS
 
 N = TypeVar("N", int, float)
@@ -207,10 +208,26 @@ def points_options() -> Parser:
                             f"event, at its onset, and a `score` in [0, 1] (default {Params.alert}: Numenta's "
                             "anomaly likelihood on the residuals; a new extreme, a quiet day or a value new to "
                             "its hour; likelihood: the first alone; severity: onsets of critical runs; none: off)")
+    step_argument(group)
     group.add_argument("--history", default=None, metavar="DIR",
                        help="keep each IP's recent values and the model's predictions in DIR between nights, so "
                             "the table needs only the buckets to score and --window + --rolling before them")
     return parent
+
+
+def step_argument(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
+    """--step, for predict's alerting stage and for evaluate's sweep of its score."""
+    group.add_argument("--step", type=_duration_text, default=None, metavar="DURATION",
+                       help="the series' step that the alert spans (2 days, 8 hours, ...) are counted in, such as "
+                            "5m or 1h (default: each series' median label spacing; labels that are not times: 5m)")
+
+
+def _duration_text(text: str) -> str:
+    try:
+        parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def monitoring_options() -> Parser:

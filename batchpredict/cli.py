@@ -85,6 +85,7 @@ def _evaluate(commands: Commands) -> None:
     evaluate.add_argument("--alert", default=Params.alert, metavar="METHOD[:key=value,...]",
                           help="--flags alert --sweep: the method the results were made with, for its rest period "
                                f"(default {Params.alert})")
+    opt.step_argument(evaluate)
     evaluate.add_argument("--after", default=None, metavar="TABLE",
                           help="count only the points after each IP's last timestamp in TABLE (e.g. the table "
                                "train read: the points its models never saw)")

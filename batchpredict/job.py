@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .rules import REFERENCE
+
 if TYPE_CHECKING:  # result.py imports numpy, which the command line's --help does without
     from .result import Result, Status
 
@@ -20,7 +22,8 @@ class Params:
     points: int = 1            # the last N points of each series (--points)
     since: str | None = None   # or every point after this label (--since); the two exclude each other
     std: str = "store"         # the std of the bands: std.json's, or rolling:N / mad:N of the residuals
-    alert: str = "ensemble"    # the alerting stage's method (alerting.parse), or none; only with several points
+    alert: str = "ensemble"    # the alerting stage's method (method.parse), or none; only with several points
+    step: str | None = None    # the series' step for the alert spans (--step 5m); None: each one's labels say
 
     @property
     def several(self) -> bool:
@@ -83,7 +86,8 @@ class Job:
     history: str | None = None  # RunOptions.history: the folder its worker reads and writes the IP's history in
     # params.std and params.alert as the coordinator parsed them, once for the run (predict.check_params).
     std_mode: tuple[str, int]
-    method: Any  # a scoring.alerting.Method (a type of the layer above); None where the job gives no alerts
+    method: Any  # a scoring.method.Method (a type of the layer above); None where the job gives no alerts
+    step: float = REFERENCE  # seconds between the series' points, which the method's spans are counted in
 
     def start(self) -> int:
         """The index of the first point to score."""

@@ -56,8 +56,10 @@ from batchpredict.commands.predict import predict  # noqa: E402
 from batchpredict.io import manifest  # noqa: E402
 from batchpredict.io.store import Store  # noqa: E402
 from batchpredict.job import default_workers  # noqa: E402
+from batchpredict.rules import REFERENCE  # noqa: E402
 from batchpredict.runtime import forkserver  # noqa: E402
-from batchpredict.scoring import alerting, anomaly  # noqa: E402
+from batchpredict.scoring import anomaly  # noqa: E402
+from batchpredict.scoring import method as methods  # noqa: E402
 
 NIGHTLY_POINTS = 288  # a day of five-minute buckets scored
 NIGHTLY_STD = "rolling:96"
@@ -67,10 +69,11 @@ RUNS = ("seed_loop", "spawn_per_job", "strict_k1", "k25", "strict_keras", "stric
 
 def nightly_before() -> int:
     """Buckets a scored point reads before it with the nightly settings: what the rules and the std say they
-    need (alerting.Method), and each window's --window + --rolling."""
+    need (method.Spans at the bench's 5-minute step), and each window's --window + --rolling."""
     params = Params(std=NIGHTLY_STD)
-    method = alerting.parse(params.alert)
-    assert method is not None
+    parsed = methods.parse(params.alert)
+    assert parsed is not None
+    method = parsed.at(REFERENCE)
     needs = max(method.value_history(), method.history(), anomaly.std_mode(params.std)[1])
     return needs + params.window + params.rolling
 

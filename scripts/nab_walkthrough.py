@@ -35,7 +35,7 @@ import pandas as pd
 from batchpredict.commands.evaluation.nab import normalised
 from batchpredict.io.output import aligned
 from batchpredict.job import Params
-from batchpredict.scoring.alerting import parse
+from batchpredict.scoring.method import parse
 
 SCRIPTS = Path(__file__).resolve().parent
 POINTS = 2500

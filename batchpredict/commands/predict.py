@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from importlib import metadata
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -32,10 +32,11 @@ from ..io.store import Store
 from ..io.table import Series, Table
 from ..job import ENGINES, Job, Params, RunOptions
 from ..result import Result, Status
+from ..rules import REFERENCE, duration, parse_duration
 from ..runtime.backend import make_executor
 from ..runtime.forkserver import pool_for
-from ..scoring import alerting
 from ..scoring.anomaly import std_mode
+from ..scoring.method import Method, parse, step_of
 from ..scoring.prediction import run_job
 from ..status import listed
 from .verdict import Verdict
@@ -43,24 +44,33 @@ from .verdict import Verdict
 log = logging.getLogger("batchpredict")
 
 
-Parsed = tuple[tuple[str, int], alerting.Method | None]  # --std and --alert, as check_params parses them
+class Parsed(NamedTuple):
+    """--std, --alert and --step as check_params parses them, once for every job of the run."""
+
+    std_mode: tuple[str, int]
+    method: Method | None
+    step: float | None  # seconds; None: each series' own (method.step_of)
 
 
 def check_params(params: Params) -> Parsed:
-    """UsageError where the knobs are unusable; else --std and --alert parsed, for every job of the run."""
+    """UsageError where the knobs are unusable; else --std, --alert and --step parsed, for every job of the run."""
     if params.rolling < 1 or params.window < 1 or params.points < 1:
         raise UsageError(f"--rolling, --window and --points must be at least 1 (got {params.rolling}, "
                          f"{params.window}, {params.points})")
     if params.since is not None and params.points != 1:
         raise UsageError("--points and --since exclude each other: --since scores every point after its label")
     try:
-        std, method = std_mode(params.std), alerting.parse(params.alert)
+        std, method = std_mode(params.std), parse(params.alert)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        step = None if params.step is None else parse_duration(params.step)
+    except ValueError as exc:
+        raise UsageError(f"--step: {exc}") from None
     low, high = params.sigmas
     if not (0 < low < high) or not math.isfinite(high):
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
-    return std, method if params.alerting else None
+    return Parsed(std, method if params.alerting else None, step)
 
 
 LOGGED = 20  # IPs with unreadable cells, and lines without an IP, logged one by one; the rest are counted
@@ -116,7 +126,8 @@ class Plan:
                  history: str | None = None, strict_input: bool = False) -> None:
         if engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-        self.std_mode, self.method = parsed or check_params(params)  # for every job: none parses them again
+        self.std_mode, self.method, self.step = parsed or check_params(params)  # for every job: parsed once
+        self._steps: tuple[list[str] | None, float] = (None, REFERENCE)  # the last labels seen, and their step
         self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
         self.trust, self.allow_unsealed, self.history = trust, allow_unsealed, history  # RunOptions', for every job
         self.strict_input = strict_input  # an IP with an unreadable cell is invalid_input (--strict-input)
@@ -127,6 +138,7 @@ class Plan:
         self.started = 0.0  # when the first was (time.monotonic)
         self.cpu_s = 0.0    # CPU time spent reading and planning the table
         self.skipped = 0    # --since: IPs without a point after the label, which get no rows
+        self.untimed = 0    # label lists (a wide table's one, each IP's of a long one) that are not times
         # The index of each series' first point to score: negative counts from its end.
         self.first = (lambda series: -params.points) if params.since is None else table.since(params.since)
 
@@ -204,7 +216,24 @@ class Plan:
         return Job(ip=series.ip, labels=series.labels, values=series.values.tolist(), store=self.store.root,
                    model=found.model, scaler=found.scaler, std=found.std, params=self.params, engine=self.engine,
                    pool=pool, first=self.first(series), trust=self.trust, sealed=sealed, std_mode=self.std_mode,
-                   method=self.method, history=self.history)
+                   method=self.method, history=self.history, step=self._step_of(series))
+
+    def _step_of(self, series: Series) -> float:
+        """The series' step for the alerting stage's spans: --step, else its labels' median spacing, found once
+        for the labels every IP of a wide table shares. Labels that are not times take REFERENCE, said once."""
+        if self.method is None or self.step is not None:
+            return self.step or REFERENCE
+        labels, step = self._steps
+        if series.labels is not labels:
+            found = step_of(series.labels)
+            if found is None and not self.untimed:
+                log.warning("%s: labels are not times (%r ...): the alert spans count %s steps; --step sets the "
+                            "step (said once)", series.ip, series.labels[0] if series.labels else "",
+                            duration(REFERENCE))
+            self.untimed += found is None
+            step = found or REFERENCE
+            self._steps = (series.labels, step)
+        return step
 
 
 def predict_table(data: str, models: str, out: str | None = None, params: Params = Params(), *,

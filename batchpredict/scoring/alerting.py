@@ -4,7 +4,7 @@ Per IP, over its scored points in time order, with history from the points befor
 
     residual r ─► minus the mean of the `centre` r before it ─► a = |.| / store std
       ─► z = (mean of the last `average` a − mean of the `window` a before) / max(their std, `floor`)
-      ─► score = −log10(Q(z)) / 10, clipped to [0, 1]       (Q: the normal tail; Numenta's log-likelihood)
+      ─► score = −log10(Q(z) · points in 5 minutes) / 10, in [0, 1]   (Q: the normal tail; Numenta's likelihood)
       ─► trigger: score ≥ threshold  ─► alert: a trigger with no trigger in the `rest` points before it
 
 This is Numenta's anomaly likelihood (Ahmad et al. 2017) on the model's residuals: the tail probability of
@@ -30,107 +30,27 @@ Every step looks back a fixed number of points, so a point's alert depends only 
 and `value_history()` values up to it: the same point gets the same alert whatever --points or --since range
 it falls in. A point with fewer than `window // 4` residual scores before it has no distribution to be judged
 against: the likelihood falls back to the seed's verdict (a trigger is a critical point), its score is empty
-and its source says `severity`. The value rules need a quarter of their windows. Windows are counted in points.
+and its source says `severity`. The value rules need a quarter of their windows.
+
+The spans are durations (method.py), counted here in points of the series' step (`Spans`): the rules read the
+same time at every step, and the score's tail is per 5 minutes, so it ranks series of any step alike.
 """
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from ..rules import RULES, VALUE_RULES
+from .method import ENSEMBLE, Spans
 
-NONE = "none"
-
-
-@dataclass(frozen=True)
-class Method:
-    """`--alert METHOD[:key=value,...]`: `ensemble` (the default), `likelihood` or `severity` (onsets of critical
-    runs)."""
-
-    name: str
-    window: int = 576        # residual scores the distribution is estimated from (2 days of 5-minute buckets)
-    average: int = 3         # the short-term mean's length
-    centre: int = 288        # residuals whose mean re-centres each one (absorbs a level shift in a day)
-    rest: int = 96           # a trigger this soon after another does not page again (8 hours)
-    threshold: float = 0.35  # on the score: a tail probability of 10^-3.5 (Numenta's NAB threshold is 0.5, 1e-5)
-    floor: float = 0.5       # the least std of the residual scores, in store stds: a flat stretch cannot shrink it
-    extreme: float = 0.05    # ensemble: how far beyond the range of the `span` values before, in the week's range
-    span: int = 576          # ensemble: the values a new extreme is judged against (2 days)
-    tolerance: int = 12      # ensemble: a likelihood trigger this near one a `day` before is a daily event (1 hour)
-    quiet: float = 0.1       # ensemble: how far below the week's least daily range, in the week's range
-    seasonal: float = 0.2    # ensemble: how far beyond this time of day's range over the week, in the week's range
-    repeat: float = 0.2      # ensemble: the least correlation with the day before for the seasonal rule to judge
-    day: int = 288           # ensemble: the values whose range is a day's
-    week: int = 2016         # ensemble: the values the least daily range is taken over
-
-    def history(self) -> int:
-        """Residuals before a point that its alert depends on."""
-        if self.name == "severity":
-            return self.rest
-        likelihood = self.centre + max(self.window, self.average - 1) + self.rest
-        # The ensemble's: a trigger a day (and a tolerance) back, and the onsets of all rules merged.
-        return likelihood + self.day + self.tolerance + self.rest if self.name == ENSEMBLE else likelihood
-
-    def value_history(self) -> int:
-        """Observed values before a point that its alert depends on: more than residuals for the value rules,
-        which need no model call."""
-        if self.name != ENSEMBLE:
-            return self.history()
-        return max(self.history(), max(self.span, self.week + self.day) + 2 * self.rest)
-
-    def spec(self) -> str:
-        """The method as --alert takes it, every parameter written out."""
-        keys = _KEYS[self.name]
-        return f"{self.name}:" + ",".join(f"{key}={getattr(self, key):g}" for key in keys)
-
-
-ENSEMBLE = "ensemble"
-_LIKELIHOOD = ("window", "average", "centre", "rest", "threshold", "floor")
-_KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "seasonal", "repeat", "day", "week"),
-         "likelihood": _LIKELIHOOD,
-         "severity": ("rest",)}
-# The ensemble's likelihood pages at a tail of 10^-6.5: its other rules catch what a lower threshold did.
-_DEFAULTS: dict[str, dict[str, Any]] = {ENSEMBLE: {"threshold": 0.65}}
-_UNIT = ("threshold", "repeat")  # a score and a correlation: at most 1
 # A value seen at this time of day on this many days of the week before is a habit, not a new extreme.
 _HABIT = 2
 
 
-def parse(text: str) -> Method | None:
-    """`--alert` as a Method, or None for `none`; ValueError saying what is accepted."""
-    name, _, options = text.partition(":")
-    if name == NONE and not options:
-        return None
-    if name not in _KEYS:
-        raise ValueError(f"--alert takes {', '.join(_KEYS)} or none, optionally with key=value,..., not {text!r}")
-    values: dict[str, Any] = dict(_DEFAULTS.get(name, {}))
-    types = {f.name: f.type for f in fields(Method)}
-    for option in filter(None, options.split(",")):
-        key, _, value = option.partition("=")
-        if key not in _KEYS[name]:
-            raise ValueError(f"--alert {name} takes {', '.join(_KEYS[name])}, not {key!r}")
-        try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
-        whole = types[key] == "int"
-        unit = key in _UNIT
-        if not (number > 0 and math.isfinite(number)) or (whole and number != int(number)) or (unit and number > 1):
-            raise ValueError(f"--alert {name}: {key} must be a {'whole number >= 1' if whole else 'number > 0'}"
-                             f"{' and <= 1' if unit else ''}, not {value!r}")
-        values[key] = int(number) if whole else number
-    method = Method(name=name, **values)
-    if name == ENSEMBLE and not method.tolerance < method.day < method.week:
-        raise ValueError(f"--alert {name}: tolerance < day < week is needed, not {method.tolerance}, {method.day} "
-                         f"and {method.week}")
-    return method
-
-
-def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method: Method, *,
+def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method: Spans, *,
            observed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(alert, score, judged by the likelihood, rule) per point, from every point's residual in time order.
 
@@ -143,7 +63,7 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     judged = np.zeros(n, dtype=bool)
     if method.name != "severity":
         z, judged = likelihood_z(residuals, store_std, method)
-        score[judged] = _score(z[judged])
+        score[judged] = _score(z[judged], method.per_reference)
     first = onsets(triggers(score, judged, critical, method), method.rest)
     rule = np.where(first, np.where(judged, RULES.index("likelihood"), RULES.index("severity")), 0)
     if method.name != ENSEMBLE:
@@ -160,7 +80,7 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     return alert, score, judged, np.where(alert, rule, 0).astype(np.uint8)
 
 
-def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method: Method, *,
+def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method: Spans, *,
              first: np.ndarray | None = None) -> np.ndarray:
     """The likelihood's triggers: a score at or above the threshold where judged, else a critical point; the
     ensemble drops those within `tolerance` points of a trigger a `day` before. `first` as in onsets()."""
@@ -176,7 +96,7 @@ def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method
     return trigger & ~(seen[high] > seen[low])
 
 
-def extremes(values: np.ndarray, method: Method, shared: Shared | None = None) -> np.ndarray:
+def extremes(values: np.ndarray, method: Spans, shared: Shared | None = None) -> np.ndarray:
     """Values beyond the range of the `span` values before them by `extreme` of the `week`'s range (relative
     to the week, so a small bump after two flat days is not new), unless within this time of day's range,
     widened by as much, on `_HABIT` days of the week before: a nightly spike a little higher than the last
@@ -194,7 +114,7 @@ def extremes(values: np.ndarray, method: Method, shared: Shared | None = None) -
     return new
 
 
-def seasonal(values: np.ndarray, method: Method, shared: Shared | None = None) -> np.ndarray:
+def seasonal(values: np.ndarray, method: Spans, shared: Shared | None = None) -> np.ndarray:
     """Values beyond the range of this time of day on every day of the week before them, by `seasonal` of the
     week's range, where the week correlates at least `repeat` with the day before it: in a series with a daily
     rhythm, a job at an hour it never ran. A bursty series (jobs at any hour) correlates too little to judge."""
@@ -206,7 +126,7 @@ def seasonal(values: np.ndarray, method: Method, shared: Shared | None = None) -
         return beyond & (_daily_correlation(values, method) >= method.repeat) if beyond.any() else beyond
 
 
-def quiet_days(values: np.ndarray, method: Method, shared: Shared | None = None) -> np.ndarray:
+def quiet_days(values: np.ndarray, method: Spans, shared: Shared | None = None) -> np.ndarray:
     """Points whose last `day` values span less than any `day` values ending in the `week` before (and at
     least a day before), by `quiet` of the week's range: a daily rhythm that stopped."""
     shared = shared or Shared(values, method)
@@ -231,7 +151,7 @@ class Shared:
     """What the value rules read of one series, each computed once for all of them: the max and the min of any
     run of up to max(`week`, `span`) values in two lookups each, from one sparse table per reduction."""
 
-    def __init__(self, values: np.ndarray, method: Method) -> None:
+    def __init__(self, values: np.ndarray, method: Spans) -> None:
         self._method, self._n = method, len(values)
         longest = max(method.week, method.span)
         self._tables = [(reduce, _table(values, reduce, longest)) for reduce in (np.maximum, np.minimum)]
@@ -267,7 +187,7 @@ class Shared:
         return np.where(whole, high[end], np.nan), np.where(whole, low[end], np.nan)
 
 
-def _daily_correlation(values: np.ndarray, method: Method) -> np.ndarray:
+def _daily_correlation(values: np.ndarray, method: Spans) -> np.ndarray:
     """Per point, the correlation of the values in the `week` before it with those a `day` before each; NaN
     until the week is all there."""
     day, count = method.day, method.week - method.day
@@ -308,7 +228,7 @@ def _lookup(table: np.ndarray, reduce: Any, start: np.ndarray, stop: np.ndarray)
                     np.nan)
 
 
-def likelihood_z(residuals: np.ndarray, store_std: float, method: Method) -> tuple[np.ndarray, np.ndarray]:
+def likelihood_z(residuals: np.ndarray, store_std: float, method: Spans) -> tuple[np.ndarray, np.ndarray]:
     """The short-term mean of the residual scores in stds of their long-window distribution, and where that
     distribution had at least `window // 4` scores."""
     unit = store_std if store_std > 0 else 1.0
@@ -323,10 +243,11 @@ def likelihood_z(residuals: np.ndarray, store_std: float, method: Method) -> tup
     return z, count >= max(2, method.window // 4)
 
 
-def _score(z: np.ndarray) -> np.ndarray:
-    """-log10 of the normal tail beyond z, over 10, in [0, 1]: 0.5 at a tail of 1e-5, 1 at 1e-10 and beyond."""
+def _score(z: np.ndarray, per_reference: float = 1.0) -> np.ndarray:
+    """-log10 of the normal tail beyond z, over 10, in [0, 1]: 0.5 at a tail of 1e-5, 1 at 1e-10 and beyond.
+    The tail is taken per 5 minutes (`per_reference` points), so a score is as rare at every step."""
     tail = 0.5 * np.array([math.erfc(v / math.sqrt(2.0)) for v in np.minimum(z, 40.0).tolist()])
-    return np.clip(-np.log10(tail + 1e-10) / 10.0, 0.0, 1.0)
+    return np.clip(-np.log10(tail * per_reference + 1e-10) / 10.0, 0.0, 1.0)
 
 
 def onsets(trigger: np.ndarray, rest: int, first: np.ndarray | None = None) -> np.ndarray:

@@ -61,7 +61,7 @@ def _score(job: Job, result: Result) -> None:
         result.log.append(f"{job.ip}: model declares {model.window} timesteps; using them instead of --window {window}")
         window = model.window
     kind, count = job.std_mode
-    method: alerting.Method | None = job.method
+    method = job.method.at(job.step) if job.method else None
     joined, current = _joined(job, result, window=window, engine=model.engine)
     start = joined.offset + job.start()
     # --std rolling:N / mad:N and the alerting stage also score the points before the first one, for their

@@ -1,6 +1,7 @@
 """The algorithm end to end through real workers, against an independent numpy computation; the table
 streamed in chunks."""
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -303,6 +304,35 @@ def test_a_point_gets_the_same_alert_from_points_and_from_since(base_store, tmp_
     assert 160 <= int(alerts[ips[0]][0][1:]) < 165 and 170 <= int(alerts[ips[1]][0][1:]) < 175
     assert (runs[1]["alert_source"] == "likelihood").all()
     assert runs[1].attrs["summary"]["alerts"] == 2
+
+
+def test_each_series_counts_the_alert_spans_in_its_own_step(base_store, tmp_path, caplog):
+    """One long table, one IP hourly and one every 5 minutes: the likelihood's two days are 48 points of the
+    first (judged from 12 residual scores on) and 576 of the second (not judged in 60 points). --step sets
+    one step for all; a wide table's t000 labels are not times: the reference step, said once."""
+    hourly, five = BASE_IPS[:2]
+    stamps = {ip: [str(t) for t in pd.date_range("2026-03-01", periods=60, freq=freq)]
+              for ip, freq in ((hourly, "1h"), (five, "5min"))}
+    table = long_table(tmp_path / "t.csv", stamps)
+
+    def judged(**given) -> dict[str, int]:
+        frame = predict_table(table, str(base_store), params=Params(points=40, alert="likelihood", **given))
+        return frame.groupby("ip", sort=False)["score"].apply(lambda s: int(s.notna().sum())).to_dict()
+
+    found = judged()
+    assert found[hourly] >= 20 and found[five] == 0
+    assert judged(step="1h") == {hourly: found[hourly], five: found[hourly]}
+    assert judged(step="5m") == {hourly: 0, five: 0}
+    wide = str(wide_table(tmp_path / "w.csv", {ip: series_for(ip, 60) for ip in BASE_IPS[:3]}))
+    with caplog.at_level(logging.WARNING, logger="batchpredict"):
+        predict_table(wide, str(base_store), params=Params(points=40))
+    said = [r.getMessage() for r in caplog.records if "not times" in r.getMessage()]
+    assert len(said) == 1 and "'t000'" in said[0] and "5m steps" in said[0], said
+
+
+def test_a_step_that_is_no_duration_is_a_usage_error(base_store, table):
+    with pytest.raises(UsageError, match="--step: not a duration"):
+        predict_table(str(table), str(base_store), params=Params(points=5, step="5"))
 
 
 @pytest.mark.parametrize("mode, points", [("rolling:8", 10), ("rolling:8", 60), ("mad:8", 10), ("mad:8", 60)])

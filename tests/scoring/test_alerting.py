@@ -11,10 +11,11 @@ import pytest
 from batchpredict.job import Params
 
 from batchpredict.scoring import alerting
-from batchpredict.scoring.alerting import Method, alerts, extremes, onsets, parse, quiet_days, seasonal
-from batchpredict.rules import RULES
+from batchpredict.scoring.alerting import alerts, extremes, onsets, quiet_days, seasonal
+from batchpredict.scoring.method import Method, Spans, parse
+from batchpredict.rules import REFERENCE, RULES
 
-DEFAULT = parse("likelihood")
+DEFAULT = parse("likelihood").at(REFERENCE)
 HISTORY = DEFAULT.history()
 
 
@@ -22,25 +23,42 @@ def noise(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).normal(0.0, 1.0, n)
 
 
-def run(residuals: np.ndarray, method: Method = DEFAULT, std: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run(residuals: np.ndarray, method: Spans = DEFAULT, std: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return alerts(residuals, np.abs(residuals) > 4 * std, std, method)[:3]
 
 
 def test_the_default_and_its_parameters():
-    assert DEFAULT.spec() == "likelihood:window=576,average=3,centre=288,rest=96,threshold=0.35,floor=0.5"
-    assert parse(DEFAULT.spec()) == DEFAULT
+    likelihood = parse("likelihood")
+    assert likelihood.spec() == "likelihood:window=2d,average=15m,centre=1d,rest=8h,threshold=0.35,floor=0.5"
+    assert parse(likelihood.spec()) == likelihood
     assert parse("none") is None
-    assert parse("likelihood:rest=12,threshold=0.7") == Method("likelihood", rest=12, threshold=0.7)
-    assert parse("severity:rest=3").history() == 3
+    # A bare number counts 5-minute buckets, as spans did before they were durations.
+    assert parse("likelihood:rest=12,threshold=0.7") == Method("likelihood", rest=3600, threshold=0.7)
+    assert parse("likelihood:rest=1h,window=576") == parse("likelihood:rest=60m,window=2d")
+    assert parse("severity:rest=3").at(REFERENCE).history() == 3
     assert HISTORY == 288 + 576 + 96
     ensemble = parse("ensemble")
-    assert ensemble.spec() == ("ensemble:window=576,average=3,centre=288,rest=96,threshold=0.65,floor=0.5,"
-                               "tolerance=12,extreme=0.05,span=576,quiet=0.1,seasonal=0.2,repeat=0.2,day=288,week=2016")
+    assert ensemble.spec() == ("ensemble:window=2d,average=15m,centre=1d,rest=8h,threshold=0.65,floor=0.5,"
+                               "tolerance=1h,extreme=0.05,span=2d,quiet=0.1,seasonal=0.2,repeat=0.2,day=1d,week=7d")
     assert parse(ensemble.spec()) == ensemble and Params().alert == "ensemble"
-    assert ensemble.history() == 288 + 576 + 288 + 12 + 2 * 96 and ensemble.value_history() == 2016 + 288 + 2 * 96
+    five = ensemble.at(REFERENCE)
+    assert five.history() == 288 + 576 + 288 + 12 + 2 * 96 and five.value_history() == 2016 + 288 + 2 * 96
 
 
-@pytest.mark.parametrize("text", ["", "zscore", "none:1", "likelihood:window=0", "likelihood:window=2.5",
+@pytest.mark.parametrize("step, counts", [
+    (60.0, dict(window=2880, average=15, centre=1440, rest=480, tolerance=60, day=1440, week=10080)),
+    (900.0, dict(window=192, average=1, centre=96, rest=32, tolerance=4, day=96, week=672)),
+    (3600.0, dict(window=48, average=1, centre=24, rest=8, tolerance=1, day=24, week=168)),
+    (86400.0, dict(window=2, average=1, centre=1, rest=1, tolerance=0, day=1, week=7)),  # the daily rules still hold
+])
+def test_spans_are_counted_at_each_step(step, counts):
+    spans = parse("ensemble").at(step)
+    assert {key: getattr(spans, key) for key in counts} == counts
+    assert spans.tolerance < spans.day < spans.week and spans.per_reference == REFERENCE / step
+
+
+@pytest.mark.parametrize("text", ["", "zscore", "none:1", "likelihood:window=0", "likelihood:window=2x",
+                                  "likelihood:window=-1h",
                                   "likelihood:threshold=1.5", "likelihood:threshold=nan", "likelihood:bogus=1",
                                   "severity:window=3", "likelihood:rest", "likelihood:extreme=0.1",
                                   "ensemble:week=0", "ensemble:quiet=-1", "ensemble:day=2016",
@@ -87,7 +105,7 @@ def test_the_floor_keeps_a_flat_stretch_from_alerting_on_a_blip():
     residuals[2000:] = 0.0
     residuals[4600:4606] = 0.3
     assert not run(residuals)[0].any()
-    assert run(residuals, Method("likelihood", floor=1e-9))[0].nonzero()[0].tolist() == [4600]
+    assert run(residuals, Method("likelihood", floor=1e-9).at(REFERENCE))[0].nonzero()[0].tolist() == [4600]
     residuals[4800:4803] = 8.0
     assert run(residuals)[0].nonzero()[0].tolist() == [4800]
 
@@ -120,7 +138,7 @@ def test_too_little_history_falls_back_to_onsets_of_critical_points():
 def test_severity_alerts_on_the_onset_of_each_critical_burst():
     residuals = np.zeros(40)
     residuals[[5, 6, 7, 20, 30]] = 10.0
-    alert, score, judged = run(residuals, parse("severity:rest=5"))
+    alert, score, judged = run(residuals, parse("severity:rest=5").at(REFERENCE))
     assert alert.nonzero()[0].tolist() == [5, 20, 30] and not judged.any() and np.isnan(score).all()
 
 
@@ -133,7 +151,7 @@ def test_the_score_is_numentas_log_likelihood():
     assert got[4] == 1.0
 
 
-ENSEMBLE = parse("ensemble")
+ENSEMBLE = parse("ensemble").at(REFERENCE)
 WARM = 2 * 288
 
 

@@ -15,7 +15,9 @@ from ...io.output import ALERT_COLUMNS, aligned, write_rows
 from ...io.table import Series, read_table
 from ...job import Params
 from ...result import Status
-from ...scoring import alerting
+from ...rules import REFERENCE, VALUE_RULES, parse_duration
+from ...scoring.alerting import onsets, triggers
+from ...scoring.method import ENSEMBLE, parse
 from ..report import read_results
 from ..verdict import Verdict
 from . import BASELINES
@@ -68,10 +70,10 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
     warnings: list[str] = []
     points = _scored_rows(frame, results, warnings, judged == ALERT)
     if judged == ALERT:  # before --after: a swept alert, as predict's, sees the points before the judged ones
-        points = order_points(points, "results")[0]
+        points, times = order_points(points, "results")
         points[ALERT] = points[ALERT] == "true"
         for value in sweep or []:
-            points[_swept(value)] = _alerts(points, value, params.alert)
+            points[_swept(value)] = _alerts(points, value, params, times)
     if after:
         points = _after(points, read_table(after, layout), after, warnings)
     marks = read_labels(labels)
@@ -108,26 +110,42 @@ def _swept(threshold: float) -> str:
     return f"{ALERT}@{threshold!r}"
 
 
-def _alerts(points: pd.DataFrame, threshold: float, method: str) -> np.ndarray:
-    """The alerts the score gives at `threshold`, over points grouped by IP in time order: onsets of the points
-    at or above it (critical ones where the score fell back), with the method's rest period; for the
-    ensemble, without the likelihood's daily repeats and with the alerts its value rules raised
-    (`alert_source`) as they are. A sweep sees only the results' points, so in an IP's first rows it may
-    alert where predict, seeing the history before them, did not."""
-    found = alerting.parse(method)
+def _alerts(points: pd.DataFrame, threshold: float, params: Params, times: np.ndarray) -> np.ndarray:
+    """The alerts the score gives at `threshold`, over points grouped by IP in time order (`times` in ns):
+    onsets of the points at or above it (critical ones where the score fell back), with the method's rest
+    period counted at each IP's step (`params.step`, else its points' median spacing); for the ensemble,
+    without the likelihood's daily repeats and with the alerts its value rules raised (`alert_source`) as they
+    are. A sweep sees only the results' points, so in an IP's first rows it may alert where predict, seeing the
+    history before them, did not."""
+    found = parse(params.alert)
     if found is None or found.name == "severity":
-        raise UsageError(f"a sweep of the alert score needs --alert likelihood or ensemble[:...], not {method!r}")
-    value = pd.to_numeric(points["score"], errors="coerce").to_numpy(dtype=float)
+        raise UsageError(f"a sweep of the alert score needs --alert likelihood or ensemble[:...], not {params.alert!r}")
     code = pd.factorize(points["ip"])[0]
     starts = np.flatnonzero(np.diff(code, prepend=-1))
     first = np.repeat(starts, np.diff(np.append(starts, len(code))))
-    trigger = alerting.triggers(value, ~np.isnan(value), (points["severity"] == "critical").to_numpy(),
-                                replace(found, threshold=threshold), first=first)
-    alerts = alerting.onsets(trigger, found.rest, first)
-    if found.name != alerting.ENSEMBLE:
-        return alerts
-    ruled = points[ALERT].to_numpy(dtype=bool) & points["alert_source"].isin(alerting.VALUE_RULES).to_numpy()
-    return alerting.onsets(alerts | ruled, found.rest, first)
+    steps = np.full(len(code), parse_duration(params.step)) if params.step else _steps(times, first)
+    value = pd.to_numeric(points["score"], errors="coerce").to_numpy(dtype=float)
+    critical = (points["severity"] == "critical").to_numpy()
+    ruled = points[ALERT].to_numpy(dtype=bool) & points["alert_source"].isin(VALUE_RULES).to_numpy()
+    alerts = np.zeros(len(code), dtype=bool)
+    for step in np.unique(steps):  # the IPs of one step together: their spans are the same counts
+        at = np.flatnonzero(steps == step)
+        spans = replace(found.at(float(step)), threshold=threshold)
+        local = np.searchsorted(at, first[at])  # each IP's first row, among the rows of its step
+        trigger = triggers(value[at], ~np.isnan(value[at]), critical[at], spans, first=local)
+        onset = onsets(trigger, spans.rest, local)
+        alerts[at] = onsets(onset | ruled[at], spans.rest, local) if spans.name == ENSEMBLE else onset
+    return alerts
+
+
+def _steps(times: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Per point, its IP's step in seconds: the median spacing of its points (REFERENCE for a single one)."""
+    steps = np.full(len(times), REFERENCE)
+    for start in np.unique(first):
+        end = int(np.searchsorted(first, start, side="right"))
+        if end - start > 1:
+            steps[start:end] = float(np.median(np.diff(times[start:end]))) / 1e9 or REFERENCE
+    return steps
 
 
 def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str], alert: bool = False) -> pd.DataFrame:

@@ -264,13 +264,14 @@ def test_after_keeps_only_the_points_later_than_the_training_table(case, tmp_pat
 
 
 def alert_results(path: Path, hosts: dict[str, tuple[list[int], list[float]]],
-                  sources: dict[tuple[str, int], str] | None = None) -> Path:
+                  sources: dict[tuple[str, int], str] | None = None, hourly: tuple[str, ...] = ()) -> Path:
     """A results CSV with the alerting stage's columns: per IP, its alert points and every point's score
-    (each point on its prediction, so the seed flags nothing); `sources` names an alert's rule."""
+    (each point on its prediction, so the seed flags nothing); `sources` names an alert's rule. The points
+    are 5 minutes apart, an hour for the IPs in `hourly`."""
     rows = []
     for ip, (alerted, scores) in hosts.items():
         for i, value in enumerate(scores):
-            rows.append([ip, stamp(i), 10.0, 10.0, 1.0, 8.0, 12.0, 6.0, 14.0, "false", "normal", "ok", None,
+            rows.append([ip, stamp(12 * i if ip in hourly else i), 10.0, 10.0, 1.0, 8.0, 12.0, 6.0, 14.0, "false", "normal", "ok", None,
                          f"model/{ip}.h5", 1, 5.0, 4242, 30.0, "true" if i in alerted else "false", value,
                          (sources or {}).get((ip, i), "likelihood")])
     write_rows(str(path), columns((2.0, 4.0), alert=True), rows)
@@ -320,6 +321,22 @@ def test_an_ensemble_sweep_keeps_the_alerts_of_its_value_rules(tmp_path):
     for threshold, expected in raw.items():
         assert totals.loc[threshold, "nab_raw"] == pytest.approx(expected)
         assert totals.loc[threshold, "false_alarm_events"] == 1 and totals.loc[threshold, "detected"] == 1
+
+
+def test_a_sweep_counts_the_rest_at_each_ips_step(tmp_path):
+    """The same scores, one IP every 5 minutes and one hourly: a rest of an hour is 12 points of the first
+    (4 and 10 are one burst) and one of the second (two alerts); --step 1h makes both hourly."""
+    scores = [0, 0, 0, 0, 0.6, 0, 0, 0, 0, 0, 0.6, 0]
+    results = alert_results(tmp_path / "r.csv", {"f": ([4], scores), "h": ([4, 10], scores)}, hourly=("h",))
+    labels = labels_csv(tmp_path / "l.csv", [("f", stamp(3), stamp(6))])
+
+    def flagged(**given) -> dict[str, int]:
+        swept = evaluate(str(results), str(labels), sweep=[0.5], judged="alert",
+                         params=Params(alert="likelihood:rest=1h", **given))
+        return swept.metrics.set_index("ip")["flagged_points"].drop(TOTAL).to_dict()
+
+    assert flagged() == {"f": 1, "h": 2}
+    assert flagged(step="1h") == {"f": 2, "h": 2}
 
 
 def test_flags_alert_beside_the_baseline_and_without_an_alert_column(case, tmp_path):
