@@ -45,7 +45,8 @@ class Method:
     week: float = 7 * DAY    # ensemble: the values the least daily range is taken over
 
     def at(self, step: float) -> Spans:
-        """The method at a series' step (seconds): every span a whole number of points, at least one."""
+        """The method at a series' step (seconds): every span a whole number of points, at least one, and
+        those estimated from at least a quarter of their points at 5-minute steps."""
         return _at(self, step)
 
     def spec(self) -> str:
@@ -98,6 +99,12 @@ class Spans:
 
 
 SPANS = ("window", "average", "centre", "rest", "span", "tolerance", "day", "week")
+# The spans a rule estimates from (the likelihood's distribution and mean, the extreme's range) hold at least a
+# quarter of their points at the reference step, so at steps above 20 minutes they read more time than they
+# say: a range or a mean of a few dozen points pages on noise (docs/evaluation.md, "At any step"). The others
+# place an event in time (the rest, the day, the week, the tolerance about a time of day) and stay in time.
+_SAMPLES = ("window", "centre", "span")
+_LEAST = 0.25
 _LIKELIHOOD = ("window", "average", "centre", "rest", "threshold", "floor")
 _KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "seasonal", "repeat", "day", "week"),
          "likelihood": _LIKELIHOOD,
@@ -109,11 +116,13 @@ _UNIT = ("threshold", "repeat")  # a score and a correlation: at most 1
 
 @functools.lru_cache(maxsize=64)
 def _at(method: Method, step: float) -> Spans:
-    def count(seconds: float) -> int:
-        return max(1, math.floor(seconds / step + 0.5))
+    def count(key: str) -> int:
+        seconds = getattr(method, key)
+        least = math.floor(seconds / REFERENCE * _LEAST + 0.5) if key in _SAMPLES else 1
+        return max(1, least, math.floor(seconds / step + 0.5))
 
     values: dict[str, Any] = {f.name: getattr(method, f.name) for f in fields(Method) if f.name not in SPANS}
-    values.update({key: count(getattr(method, key)) for key in SPANS}, step=step)
+    values.update({key: count(key) for key in SPANS}, step=step)
     # At steps near a day the daily rules still need a tolerance below the day and a week above it.
     values["week"] = max(values["week"], values["day"] + 1)
     values["tolerance"] = min(values["tolerance"], values["day"] - 1)

@@ -307,11 +307,12 @@ def test_a_point_gets_the_same_alert_from_points_and_from_since(base_store, tmp_
 
 
 def test_each_series_counts_the_alert_spans_in_its_own_step(base_store, tmp_path, caplog):
-    """One long table, one IP hourly and one every 5 minutes: the likelihood's two days are 48 points of the
-    first (judged from 12 residual scores on) and 576 of the second (not judged in 60 points). --step sets
-    one step for all; a wide table's t000 labels are not times: the reference step, said once."""
+    """One long table, one IP hourly and one every 5 minutes: the likelihood's two days are 144 points of the
+    first (48, and at least a quarter of 576; judged from 36 residual scores on) and 576 of the second (not
+    judged in 120 points). --step sets one step for all; a wide table's t000 labels are not times: the
+    reference step, said once."""
     hourly, five = BASE_IPS[:2]
-    stamps = {ip: [str(t) for t in pd.date_range("2026-03-01", periods=60, freq=freq)]
+    stamps = {ip: [str(t) for t in pd.date_range("2026-03-01", periods=120, freq=freq)]
               for ip, freq in ((hourly, "1h"), (five, "5min"))}
     table = long_table(tmp_path / "t.csv", stamps)
 
@@ -319,9 +320,8 @@ def test_each_series_counts_the_alert_spans_in_its_own_step(base_store, tmp_path
         frame = predict_table(table, str(base_store), params=Params(points=40, alert="likelihood", **given))
         return frame.groupby("ip", sort=False)["score"].apply(lambda s: int(s.notna().sum())).to_dict()
 
-    found = judged()
-    assert found[hourly] >= 20 and found[five] == 0
-    assert judged(step="1h") == {hourly: found[hourly], five: found[hourly]}
+    assert judged() == {hourly: 40, five: 0}
+    assert judged(step="1h") == {hourly: 40, five: 40}
     assert judged(step="5m") == {hourly: 0, five: 0}
     wide = str(wide_table(tmp_path / "w.csv", {ip: series_for(ip, 60) for ip in BASE_IPS[:3]}))
     with caplog.at_level(logging.WARNING, logger="batchpredict"):

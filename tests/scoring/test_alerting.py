@@ -48,8 +48,9 @@ def test_the_default_and_its_parameters():
 @pytest.mark.parametrize("step, counts", [
     (60.0, dict(window=2880, average=15, centre=1440, rest=480, tolerance=60, day=1440, week=10080)),
     (900.0, dict(window=192, average=1, centre=96, rest=32, tolerance=4, day=96, week=672)),
-    (3600.0, dict(window=48, average=1, centre=24, rest=8, tolerance=1, day=24, week=168)),
-    (86400.0, dict(window=2, average=1, centre=1, rest=1, tolerance=0, day=1, week=7)),  # the daily rules still hold
+    # Above 20-minute steps the spans estimated from hold a quarter of their 5-minute points: they read more time.
+    (3600.0, dict(window=144, average=1, centre=72, rest=8, span=144, tolerance=1, day=24, week=168)),
+    (86400.0, dict(window=144, average=1, centre=72, rest=1, tolerance=0, day=1, week=7)),  # the daily rules hold
 ])
 def test_spans_are_counted_at_each_step(step, counts):
     spans = parse("ensemble").at(step)
