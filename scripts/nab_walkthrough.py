@@ -1,15 +1,17 @@
-"""The NAB walkthrough (`make nab`): train, predict and evaluate on NAB realAWSCloudwatch, with the product.
+"""The NAB walkthrough (`make nab`): train, predict and evaluate on NAB's data, with the product.
 
     python scripts/nab_walkthrough.py NAB --out nab
 
-NAB is a copy of NAB's data and labels: realAWSCloudwatch/ and combined_windows.json, either side by side
-or as a clone of github.com/numenta/NAB lays them out (data/realAWSCloudwatch/, labels/combined_windows.json).
+NAB is a copy of NAB's data and labels: realAWSCloudwatch/ (and any of realKnownCause/, realTraffic/,
+realAdExchange/) beside combined_windows.json, or a clone of github.com/numenta/NAB as it lays them out
+(data/<category>/, labels/combined_windows.json). realTweets and the artificial* categories are never read.
 Every step is a `batchpredict` command, printed before it runs:
 
-1. the 17 hosts to a long table (all.csv), and their first halves to a training table (train.csv);
-2. `train` on train.csv into OUT/store, about 2 minutes on 2 cores; skipped when OUT/store exists, so a
-   rerun takes a minute and a half (the store is trained into OUT/store.partial and renamed when train
-   succeeds, so an interrupted training is never taken for a store);
+1. realAWSCloudwatch's 17 hosts to a long table (all.csv), their first halves to a training table (train.csv),
+   and its windows to labels.json;
+2. `train` on train.csv into OUT/store, about 2 minutes on 2 cores; skipped when OUT/store exists (the store is
+   trained into OUT/store.partial and renamed when train succeeds, so an interrupted training is never taken
+   for a store);
 3. `predict --points 2500` (the second half of the longest host) with each --std of STD_MODES, the
    recommended setting with its thresholds; each with the default alerting stage (`alert`, `score`);
 4. `evaluate --after train.csv --baseline zscore` of --std store and of the recommended setting, then a
@@ -17,76 +19,47 @@ Every step is a `batchpredict` command, printed before it runs:
    the z-score at ALERT_BASELINE, and a `--sweep` of the alert score (OUT/sweep-alert.*);
 5. from the sweeps' per-host rows: each detector's best setting (the fewest false-alarm events per host-day
    at >= 85% event recall, else the highest recall), and a 2-fold check by host: that choice made on one
-   half of the hosts and scored on the other.
+   half of the hosts and scored on the other;
+6. the same protocol as steps 1, 2 and the alerts of 3 and 4 (train on each file's first half, predict every
+   later point, judge those with `evaluate --flags alert`) on each other real category found, and on
+   realAWSCloudwatch resampled to 15 minutes, 1 hour and 1 minute, each in OUT/<name>/ with its own store
+   (scripts/nab_categories.py);
+7. per category, the real ones pooled, and the copies: the default alerts' windows, false-alarm events per
+   host-day and NAB score beside the z-score's; a leave-one-category-out check of the alert score's
+   threshold over the real categories; the copies beside the 5-minute figures and their targets.
 
 Exit 2 when NAB's files are not there; a failing command stops the walkthrough with its exit code.
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from nab_categories import AWS, ZSCORE, Category, found, judge_alerts, points_for, prepare, protocol, report
+from nab_common import TARGET_RECALL, Failed, choose, duration, host_rows, product, rates, recall_text, totals
 
-from batchpredict.commands.evaluation.nab import normalised
 from batchpredict.io.output import aligned
 from batchpredict.job import Params
 from batchpredict.scoring.method import parse
 
-SCRIPTS = Path(__file__).resolve().parent
-POINTS = 2500
 STD_MODES = ["store", "rolling:96", "rolling:288", "rolling:576", "mad:288"]
 RECOMMENDED = ("rolling:96", "3,6")  # --std, --sigmas: warnings to a dashboard, critical events paged
-TARGET_RECALL = 0.85
 SWEEP = "2:10:0.5"
-ZSCORE = "zscore"
-SUMS = ["windows", "detected", "days", "false_alarm_points", "false_alarm_events", "nab_raw"]
 ALERT = "alert likelihood"  # the setting name of the alert score's sweep rows
 ALERT_DEFAULT = parse(Params.alert).threshold  # the default method's threshold on its score
-ALERT_BASELINE = "4.5,6"    # the z-score beside the alerts: its best at 16/18 windows, and the LSTM's 6σ
 
 
 def locate(nab: Path) -> tuple[Path, Path] | None:
     """NAB's realAWSCloudwatch folder and combined_windows.json, in either layout; None if absent."""
-    for data, labels in [(nab / "realAWSCloudwatch", nab / "combined_windows.json"),
-                         (nab / "data" / "realAWSCloudwatch", nab / "labels" / "combined_windows.json")]:
+    for data, labels in [(nab / AWS, nab / "combined_windows.json"),
+                         (nab / "data" / AWS, nab / "labels" / "combined_windows.json")]:
         if data.is_dir() and labels.is_file():
             return data, labels
     return None
-
-
-class Failed(Exception):
-    """A step exited non-zero; carries its exit code."""
-
-
-def run(args: list[str], shown: str, capture: Path | None = None) -> None:
-    """Run a step, printing it as a user would type it; its stdout goes to `capture` when given."""
-    print(f"\n$ {shown}" + (f" > {capture}" if capture else ""), flush=True)
-    started = time.monotonic()
-    if capture:
-        with open(capture, "w") as out:
-            code = subprocess.run(args, stdout=out).returncode
-    else:
-        code = subprocess.run(args).returncode
-    print(f"[{_duration(time.monotonic() - started)}]", flush=True)
-    if code:
-        raise Failed(code)
-
-
-def product(*args: str, capture: Path | None = None) -> None:
-    run([sys.executable, "-m", "batchpredict.cli", *args], "batchpredict " + " ".join(args), capture)
-
-
-def script(name: str, *args: str) -> None:
-    run([sys.executable, str(SCRIPTS / name), *args], f"python scripts/{name} " + " ".join(args))
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
 
 def name_of(mode: str) -> str:
@@ -95,23 +68,29 @@ def name_of(mode: str) -> str:
 
 def walk(nab: Path, out: Path) -> None:
     data, labels = locate(nab)
-    out.mkdir(parents=True, exist_ok=True)
-    full, train, store = str(out / "all.csv"), str(out / "train.csv"), out / "store"
-    script("nab_to_long.py", str(data), "--out", full)
-    script("nab_to_long.py", str(data), "--head", "0.5", "--out", train)
-    if store.is_dir():
-        print(f"\n{store} exists: training skipped (remove it to train again, about 2 minutes on 2 cores)")
-    else:
-        partial = out / "store.partial"
-        print(f"\nTraining one LSTM per host on its first half, about 2 minutes on 2 cores, into {partial} "
-              f"(renamed {store.name} when it succeeds; a rerun skips this step):")
-        product("train", "--data", train, "--models", str(partial))
-        partial.rename(store)
-    judged = ["--labels", str(labels), "--after", train]
+    categories = found(data.parent, out)
+    times = {}
+    for category in categories:
+        started = time.monotonic()
+        if category.name == AWS:
+            walk_aws(category, labels)
+        else:
+            protocol(category, labels)
+        times[category.name] = duration(time.monotonic() - started)
+    report(categories, times)
+
+
+def walk_aws(aws: Category, labels: Path) -> None:
+    """realAWSCloudwatch, its files in OUT itself: every --std mode's flags and their sweeps, the alerts, each
+    detector's best setting and the 2-fold check."""
+    out, full = aws.out, aws.path("all.csv")
+    prepare(aws, labels, "about 2 minutes on 2 cores")
+    judged = ["--labels", aws.path("labels.json"), "--after", aws.path("train.csv")]
+    points = str(points_for(aws))
     for mode in STD_MODES:
         sigmas = ["--sigmas", RECOMMENDED[1]] if mode == RECOMMENDED[0] else []
-        product("predict", "--data", full, "--models", str(store), "--out", str(out / f"{name_of(mode)}.csv"),
-                "--points", str(POINTS), "--std", mode, *sigmas, "-q")
+        product("predict", "--data", full, "--models", aws.path("store"), "--out", str(out / f"{name_of(mode)}.csv"),
+                "--points", points, "--std", mode, *sigmas, "-q")
     for mode in ["store", RECOMMENDED[0]]:
         product("evaluate", "--results", str(out / f"{name_of(mode)}.csv"), *judged, "--baseline", ZSCORE,
                 "--data", full, "--out", str(out / f"eval-{name_of(mode)}"))
@@ -120,14 +99,10 @@ def walk(nab: Path, out: Path) -> None:
         prefix = out / f"sweep-{name_of(mode)}"
         product("evaluate", "--results", str(out / f"{name_of(mode)}.csv"), *judged, *baseline, "--sweep", SWEEP,
                 "--out", str(prefix), capture=prefix.with_suffix(".txt"))
-    alerts = str(out / "store.csv")  # the alerting stage depends on the residuals, not on --std
-    product("evaluate", "--results", alerts, *judged, "--flags", "alert", "--baseline", ZSCORE, "--data", full,
-            "--sigmas", ALERT_BASELINE, "--out", str(out / "eval-alert"))
-    product("evaluate", "--results", alerts, *judged, "--flags", "alert", "--sweep", "--out",
-            str(out / "sweep-alert"), capture=out / "sweep-alert.txt")
+    judge_alerts(aws)
     rows = per_host(out)
-    print("\nEach detector's fewest false-alarm events per host-day at >= "
-          f"{TARGET_RECALL:.0%} event recall (every threshold: {out}/sweep-*.txt):\n")
+    print(f"\nEach detector's fewest false-alarm events per host-day at >= {TARGET_RECALL:.0%} event recall "
+          f"(every threshold: {out}/sweep-*.txt):\n")
     print(describe(choose(totals(rows), "setting")))
     print("\n2-fold check by host: the setting chosen (as above) on one half of the hosts, scored on the other:\n")
     print(aligned(FOLD_COLUMNS, two_fold(rows)))
@@ -137,40 +112,11 @@ def per_host(out: Path) -> pd.DataFrame:
     """The sweeps' per-host rows, a `setting` column naming the detector (`--std` mode, or zscore)."""
     frames = []
     for mode in STD_MODES:
-        metrics = pd.read_csv(out / f"sweep-{name_of(mode)}.csv", keep_default_na=False, na_values=[""])
+        metrics = host_rows(out / f"sweep-{name_of(mode)}.csv")
         metrics["setting"] = metrics["detector"].where(metrics["detector"] != "model", "LSTM --std " + mode)
         frames.append(metrics)
-    alerts = pd.read_csv(out / "sweep-alert.csv", keep_default_na=False, na_values=[""])
-    frames.append(alerts.assign(setting=ALERT))
-    rows = pd.concat(frames, ignore_index=True)
-    return rows[rows["ip"] != "(total)"].reset_index(drop=True)
-
-
-def rates(rows: pd.DataFrame) -> pd.Series:
-    """Windows, detections, false alarms and NAB's raw score summed over some hosts' rows; recall, the rates per
-    host-day and the NAB score normalised over their windows, as evaluate's total."""
-    sums = rows[SUMS].sum()
-    return pd.concat([sums, pd.Series({"recall": sums["detected"] / sums["windows"],
-                                       "fa_points_per_day": sums["false_alarm_points"] / sums["days"],
-                                       "fa_events_per_day": sums["false_alarm_events"] / sums["days"],
-                                       "nab_score": normalised(sums["nab_raw"], sums["windows"])})])
-
-
-def totals(rows: pd.DataFrame) -> pd.DataFrame:
-    """rates() of each setting and threshold."""
-    return rows.groupby(["setting", "threshold"], sort=False)[SUMS].apply(rates).reset_index()
-
-
-def choose(sums: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Per value of `by`, the row with the fewest false-alarm events per host-day among those at >= TARGET_RECALL
-    (then the higher recall, then the lower threshold); where none gets there, the highest recall."""
-    reach = sums["recall"] >= TARGET_RECALL
-    ranked = sums.assign(group=sums[by], reach=reach,
-                         first=np.where(reach, sums["fa_events_per_day"], -sums["recall"]),
-                         second=np.where(reach, -sums["recall"], sums["fa_events_per_day"]))
-    ranked = ranked.sort_values(["reach", "first", "second", "threshold"], ascending=[False, True, True, True],
-                                kind="stable")
-    return ranked.groupby("group", sort=False).head(1).drop(columns=["group", "reach", "first", "second"])
+    frames.append(host_rows(out / "sweep-alert.csv").assign(setting=ALERT))
+    return pd.concat(frames, ignore_index=True)
 
 
 def detector(setting: pd.Series) -> pd.Series:
@@ -185,12 +131,8 @@ def threshold(setting: str, value: float) -> str:
 
 def describe(sums: pd.DataFrame) -> str:
     return aligned(["detector", "threshold", "recall", "FA points/host-day", "FA events/host-day", "NAB"],
-                        [[r.setting, threshold(r.setting, r.threshold), _recall(r), f"{r.fa_points_per_day:.1f}",
-                          f"{r.fa_events_per_day:.2f}", f"{r.nab_score:.1f}"] for r in sums.itertuples()])
-
-
-def _recall(r: object) -> str:
-    return f"{r.detected:.0f}/{r.windows:.0f} ({r.recall:.0%})"
+                   [[r.setting, threshold(r.setting, r.threshold), recall_text(r), f"{r.fa_points_per_day:.1f}",
+                     f"{r.fa_events_per_day:.2f}", f"{r.nab_score:.1f}"] for r in sums.itertuples()])
 
 
 def halves(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
@@ -214,7 +156,7 @@ def two_fold(rows: pd.DataFrame) -> list[list[str]]:
         for r in choose(chosen.assign(detector=detector(chosen["setting"])), "detector").itertuples():
             there = rows[rows["ip"].isin(held) & (rows["setting"] == r.setting) & (rows["threshold"] == r.threshold)]
             scored.setdefault(r.detector, []).append(there)
-            lines.append([str(fold), r.setting, threshold(r.setting, r.threshold), _recall(r),
+            lines.append([str(fold), r.setting, threshold(r.setting, r.threshold), recall_text(r),
                           f"{r.fa_events_per_day:.2f}", *_scored(there, len(held))])
     defaults = [("LSTM --std " + RECOMMENDED[0], float(RECOMMENDED[1].split(",")[1])), (ALERT, ALERT_DEFAULT)]
     for setting, value in defaults:
@@ -230,7 +172,7 @@ def two_fold(rows: pd.DataFrame) -> list[list[str]]:
 
 def _scored(rows: pd.DataFrame, hosts: int) -> list[str]:
     rate = rates(rows)
-    return [f"{hosts} hosts", _recall(rate), f"{rate.fa_points_per_day:.1f}", f"{rate.fa_events_per_day:.2f}",
+    return [f"{hosts} hosts", recall_text(rate), f"{rate.fa_points_per_day:.1f}", f"{rate.fa_events_per_day:.2f}",
             f"{rate.nab_score:.1f}"]
 
 
@@ -250,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     except Failed as failed:
         print(f"nab_walkthrough: stopped, the step above exited {failed.args[0]}", file=sys.stderr)
         return int(failed.args[0])
-    print(f"\nnab_walkthrough: done in {_duration(time.monotonic() - started)}; every file is in {args.out}/")
+    print(f"\nnab_walkthrough: done in {duration(time.monotonic() - started)}; every file is in {args.out}/")
     return 0
 
 

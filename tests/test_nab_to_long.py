@@ -70,7 +70,7 @@ def test_resampled_to_1_minute_by_linear_interpolation_and_to_15_minutes_and_1_h
     minutes = [f"2014-01-01 {m // 60:02d}:{m % 60:02d}:00" for m in range(52, 78)]
     values = ["0", "1", "2", "3", "4", "5", "7", "9", "11", "13", "15", "14", "13", "12", "11", "10", "9", "8",
               "7", "6", "5", "8", "11", "14", "17", "20"]
-    assert tables["1min"] == list(zip(minutes, values))
+    assert tables["1min"] == list(zip(minutes, values, strict=True))
     # 00:45 holds 00:52 and 00:57 (0, 5), 01:00 01:02 and 01:12 (15, 5), 01:15 01:17; the hour 01:00 all three.
     assert tables["15min"] == [("2014-01-01 00:45:00", "2.5"), ("2014-01-01 01:00:00", "10"),
                                ("2014-01-01 01:15:00", "20")]
@@ -81,5 +81,5 @@ def test_resampled_to_1_minute_by_linear_interpolation_and_to_15_minutes_and_1_h
     # --head takes the first half of the resampled rows: a training table at the new step.
     assert convert(folder, "--resample", "1min", "--head", "0.5", "--out", tmp_path / "head.csv").returncode == 0
     assert (tmp_path / "head.csv").read_text().splitlines()[1:] == [f"h,{t},{v}" for t, v in
-                                                                   list(zip(minutes, values))[:13]]
+                                                                   list(zip(minutes, values, strict=True))[:13]]
     assert convert(folder, "--resample", "5min", "--out", tmp_path / "x.csv").returncode == 2
