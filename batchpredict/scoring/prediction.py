@@ -91,7 +91,7 @@ def _score(job: Job, result: Result) -> None:
     if job.history:
         result.outage = _leave(job, job.history, joined, predicted=predicted, current=current,
                                keep=reach + window + params.rolling + len(observed[keep]))
-    result.points = Points(np.asarray(joined.labels)[positions[keep]], observed[keep], predicted[keep], stds[keep],
+    result.points = Points(joined.timestamps(positions[keep]), observed[keep], predicted[keep], stds[keep],
                            lower=lowers[:, keep], upper=uppers[:, keep], anomaly=anomaly[keep],
                            severity=severity[keep], rolled=rolled[keep], std_mode=params.std, alert=alert,
                            score=score, judged=judged, method=method.name if method else "", rule=rule)
