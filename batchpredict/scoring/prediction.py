@@ -12,7 +12,7 @@ from ..job import Job
 from ..result import Points, Result, Status
 from . import alerting, loading, nights, scalers
 from .anomaly import point_stds, verdicts
-from .features import scored_windows
+from .features import windowed
 from .loading import LoadedModel, load_model
 
 # True in workers forked from the lean forkserver (preload/lean.py): no TensorFlow, no scikit-learn
@@ -69,12 +69,13 @@ def _score(job: Job, result: Result) -> None:
     history = max(count, method.history() if method else 0)
     # The ensemble's value rules look further back, at the observed values only: no model call for those.
     reach = max(history, method.value_history() if method else 0)
-    positions, inputs, values = scored_windows(joined.values, params.rolling, window, max(0, start - reach),
-                                               before=joined.before)
-    modelled = int(np.searchsorted(positions, start - history))
-    positions, inputs, observed = positions[modelled:], inputs[modelled:], values[modelled:]
+    found = windowed(joined.values, params.rolling, window, max(0, start - reach), before=joined.before)
+    values = found.observed
+    modelled = int(np.searchsorted(found.positions, start - history))
+    positions, observed = found.positions[modelled:], values[modelled:]
     stored = joined.kept_predictions(int(positions[0]), len(positions)) if len(positions) else np.empty(0)
-    predicted = np.concatenate([stored, _predicted(model, scaler, inputs[len(stored):],
+    # The windows of only the points the model is asked about: those the history holds no prediction of.
+    predicted = np.concatenate([stored, _predicted(model, scaler, found.inputs(modelled + len(stored)),
                                                    padded=len(positions) > 1 or history > 0)])
     if job.history:
         result.debug.append(f"{job.ip}: history: {joined.offset} values before the table, {len(stored)} of "
