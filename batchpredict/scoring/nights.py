@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,10 +53,12 @@ class Joined:
         return self.stored[at:at + count]
 
 
-def key(job: Job, *, window: int, engine: str) -> str:
+def key(job: Job, *, window: int, engine: str, model: dict | None = None) -> str:
     """What a prediction depends on besides the values: the model's and the scaler's files, the window, the
-    rolling mean and the engine."""
-    files = manifest.entry(job.store, job.model, job.scaler, job.std)["files"]
+    rolling mean and the engine. `model`: the model file's manifest.digest where the caller has it (the
+    numpy engine hashed the file to read it), so that it is not hashed again."""
+    files = {rel: model if model is not None and rel == job.model else manifest.digest(os.path.join(job.store, rel))
+             for rel in manifest.files_of(job.store, job.model, job.scaler)}
     said = json.dumps({"files": files, "window": window, "rolling": job.params.rolling, "engine": engine},
                       sort_keys=True)
     return hashlib.sha256(said.encode()).hexdigest()

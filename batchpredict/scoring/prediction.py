@@ -62,7 +62,7 @@ def _score(job: Job, result: Result) -> None:
         window = model.window
     kind, count = job.std_mode
     method: alerting.Method | None = job.method
-    joined, current = _joined(job, result, window=window, engine=model.engine)
+    joined, current = _joined(job, result, window=window, model=model)
     start = joined.offset + job.start()
     # --std rolling:N / mad:N and the alerting stage also score the points before the first one, for their
     # residuals only: each point's std and alert depend on that many points before it.
@@ -123,11 +123,11 @@ def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedSc
     return predicted
 
 
-def _joined(job: Job, result: Result, *, window: int, engine: str) -> tuple[nights.Joined, str]:
+def _joined(job: Job, result: Result, *, window: int, model: LoadedModel) -> tuple[nights.Joined, str]:
     """The IP's series (with its history, under --history) and what its predictions depend on."""
     if not job.history:
         return nights.alone(job), ""
-    current = nights.key(job, window=window, engine=engine)
+    current = nights.key(job, window=window, engine=model.engine, model=model.digest)
     joined = nights.join(job, job.history, current)
     if joined.note:
         result.log.append(f"{job.ip}: no history: {joined.note}; scored from the table alone")

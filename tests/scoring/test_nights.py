@@ -19,7 +19,7 @@ import psutil
 import pytest
 from conftest import POISONS, Poison, read_out, run_cli
 
-from batchpredict.io import history
+from batchpredict.io import history, manifest
 from batchpredict.job import Job, Params
 from batchpredict.scoring import nights
 
@@ -109,6 +109,8 @@ def test_the_key_changes_with_the_model_file_the_window_and_the_engine(tmp_path)
               scaler="sc/10.0.0.10.save", std=1.0, std_mode=("store", 0), method=None, params=Params())
     first = nights.key(one, window=20, engine="numpy")
     assert first == nights.key(one, window=20, engine="numpy")
+    # The model's digest as the weights cache computed it (LoadedModel.digest): the same key, not hashed again.
+    assert nights.key(one, window=20, engine="numpy", model=manifest.digest(str(store / one.model))) == first
     assert len({first, nights.key(one, window=12, engine="numpy"), nights.key(one, window=20, engine="keras")}) == 3
     shutil.copy(store / "model" / "10.0.0.12.h5", store / "model" / "10.0.0.10.h5")  # retrained
     assert nights.key(one, window=20, engine="numpy") != first
