@@ -35,6 +35,7 @@ import batchpredict.runtime.preload.lean  # noqa: E402,F401 - the worker's paren
 import bench  # noqa: E402
 import farm  # noqa: E402
 from batchpredict.commands import predict as coordinator  # noqa: E402
+from batchpredict.io.journal import _line as journal_line  # noqa: E402
 from batchpredict.io.store import Store  # noqa: E402
 from batchpredict.io.table import Table  # noqa: E402
 from batchpredict.job import Params  # noqa: E402
@@ -167,7 +168,7 @@ def main() -> None:
             plan.finish(result)
             timings["coordinator rows (CSV, events, tallies)"] = time.perf_counter() - start
             start = time.perf_counter()
-            json.dumps(result.to_dict())
+            journal_line(result.to_dict())  # the bytes Journal.append writes
             timings["journal line"] = time.perf_counter() - start
             timings["other in the job"] = timings["job"] - sum(timings.get(step, 0.0) for step in STEPS[:-1])
             faults["other in the job"] = faults["job"] - sum(faults.get(step, 0.0) for step in STEPS[:-1])
