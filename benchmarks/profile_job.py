@@ -2,6 +2,11 @@
 forkserver forks them, then the result's trip to the coordinator and the coordinator's rendering of its rows.
 
     .venv/bin/python benchmarks/profile_job.py [--n 100] [--buckets 400] [--points 288] [--std rolling:96] [--alert ensemble]
+                                               [--history]
+
+`--history`: the night of `make bench`'s nightly_history run, each job reading and writing its IP's `--history`
+file: a table of bench.nightly_before() + 2 days of buckets (unless --buckets), whose last day is scored from a
+history that the days before it filled (untimed), on a table of that day and `--window` + `--rolling` buckets.
 
 The steps are timed by wrapping the functions prediction.py calls (time.perf_counter around each), so the
 code timed is the product's own; nothing in the product is instrumented. Prints the median per job and
@@ -27,15 +32,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import batchpredict.runtime.preload  # noqa: E402,F401,I001 - first: one BLAS thread, as in every worker
 import batchpredict.runtime.preload.lean  # noqa: E402,F401 - the worker's parent, as the lean forkserver is
+import bench  # noqa: E402
 import farm  # noqa: E402
 from batchpredict.commands import predict as coordinator  # noqa: E402
+from batchpredict.io.journal import _line as journal_line  # noqa: E402
 from batchpredict.io.store import Store  # noqa: E402
 from batchpredict.io.table import Table  # noqa: E402
 from batchpredict.job import Params  # noqa: E402
-from batchpredict.scoring import alerting, anomaly, prediction, scalers  # noqa: E402
+from batchpredict.scoring import alerting, anomaly, features, nights, prediction, scalers  # noqa: E402
 
-STEPS = ("read scaler", "read model", "windows", "scale", "forward pass", "stds", "bands and verdicts", "alerts",
-         "other in the job")
+STEPS = ("read scaler", "read model", "history key", "history join", "windows", "scale", "forward pass", "stds",
+         "bands and verdicts", "alerts", "history leave", "other in the job")
 spent: dict[str, float] = defaultdict(float)
 faulted: dict[str, float] = defaultdict(float)  # minor page faults, each a page first written in the worker
 
@@ -74,13 +81,17 @@ def instrument() -> None:
     scalers.read_scaler = scaler(scalers.read_scaler)
     original_load = prediction.load_model
     prediction.load_model = model_reader
-    prediction.scored_windows = timed("windows", prediction.scored_windows)
+    prediction.windowed = timed("windows", prediction.windowed)
+    features.Windows.inputs = timed("windows", features.Windows.inputs)
     prediction.point_stds = timed("stds", prediction.point_stds)
     for name in ("assess", "verdicts"):  # the per-point verdict, or its vectorised form
         for module in (prediction, anomaly):
             if hasattr(module, name):
                 setattr(module, name, timed("bands and verdicts", getattr(module, name)))
     alerting.alerts = timed("alerts", alerting.alerts)
+    nights.key = timed("history key", nights.key)
+    nights.join = timed("history join", nights.join)
+    nights.leave = timed("history leave", nights.leave)
 
 
 def main() -> None:
@@ -92,7 +103,10 @@ def main() -> None:
     parser.add_argument("--alert", default=Params.alert)
     parser.add_argument("--json", default=None)
     parser.add_argument("--cold", action="store_true", help="no weights cache: every model read through h5py")
+    parser.add_argument("--history", action="store_true", help="the nightly_history night (module docstring)")
     args = parser.parse_args()
+    if args.history and args.buckets == parser.get_default("buckets"):
+        args.buckets = bench.nightly_before() + 2 * args.points
     with tempfile.TemporaryDirectory() as tmp:
         # A weights cache of its own, filled below before any job is timed (a night after the first).
         os.environ["BATCHPREDICT_CACHE"] = "off" if args.cold else os.path.join(tmp, "weights-cache")
@@ -102,11 +116,23 @@ def main() -> None:
         models = [os.path.join(store, "model", name) for name in sorted(os.listdir(os.path.join(store, "model")))]
         code = "import sys; from batchpredict.scoring.engine import load; [load(p) for p in sys.argv[1:]]"
         subprocess.run([sys.executable, "-c", code, *models], check=True)
+        folder = os.path.join(tmp, "history") if args.history else None
+        if folder:  # the nights before tonight's, untimed, in a child: this process stays as the forkserver is
+            before, table_path, _ = bench.nights(table_path, tmp)
+            filled = Table(before)
+            params = Params(since=filled.labels[-args.points - 1], std=args.std, alert=args.alert)
+            plan = coordinator.Plan(filled, Store(store), params, engine="auto", rows=coordinator._rows(params),
+                                    history=folder)
+            jobs = [job for job in plan.jobs_of(filled.chunks()) if job is not None]
+            child = os.fork()
+            if child == 0:
+                os._exit(0 if all(prediction.run_job(job).status.value == "ok" for job in jobs) else 1)
+            assert os.waitpid(child, 0)[1] == 0, "the night before failed"
         table = Table(table_path)
         since = table.labels[-args.points - 1] if args.points > 1 else None
         params = Params(since=since, std=args.std, alert=args.alert)
         rows = coordinator._rows(params)
-        plan = coordinator.Plan(table, Store(store), params, engine="auto", rows=rows)
+        plan = coordinator.Plan(table, Store(store), params, engine="auto", rows=rows, history=folder)
         jobs = [job for job in plan.jobs_of(table.chunks()) if job is not None]
         instrument()
         per_job: list[dict[str, float]] = []
@@ -142,7 +168,7 @@ def main() -> None:
             plan.finish(result)
             timings["coordinator rows (CSV, events, tallies)"] = time.perf_counter() - start
             start = time.perf_counter()
-            json.dumps(result.to_dict())
+            journal_line(result.to_dict())  # the bytes Journal.append writes
             timings["journal line"] = time.perf_counter() - start
             timings["other in the job"] = timings["job"] - sum(timings.get(step, 0.0) for step in STEPS[:-1])
             faults["other in the job"] = faults["job"] - sum(faults.get(step, 0.0) for step in STEPS[:-1])

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+_NAMES = itertools.count()  # with the pid, a temporary file's name
 
 
 @contextlib.contextmanager
@@ -23,10 +22,8 @@ def replaced(path: str, keep_suffix: bool = False, *, durable: bool = True) -> I
     os.makedirs(folder, exist_ok=True)
     name = os.path.basename(path)
     suffix = os.path.splitext(name)[1] if keep_suffix else ".tmp"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=suffix)
+    tmp = _temporary(folder, name, suffix)
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the file from its readers
-        os.close(fd)
         yield tmp
         if durable:
             with open(tmp, "rb+") as fh:
@@ -38,6 +35,19 @@ def replaced(path: str, keep_suffix: bool = False, *, durable: bool = True) -> I
         raise
     if durable:
         sync_folder(folder)
+
+
+def _temporary(folder: str, name: str, suffix: str) -> str:
+    """A new empty file in `folder`, created exclusively with the mode open() gives (mkstemp's 0600 would hide
+    it from its readers), named by the pid and a count: mkstemp's random names seed a generator anew in each
+    process, ~0.3 ms of a fresh worker's history file. A name a dead process left is passed over."""
+    while True:
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}-{next(_NAMES)}{suffix}")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
 
 
 def sync_folder(folder: str) -> None:

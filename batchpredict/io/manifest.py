@@ -18,7 +18,7 @@ from ..result import Status
 from .files import write_atomic
 
 FILE = "manifest.json"
-_CHUNK = 1 << 20
+_WHOLE = 16 << 20  # files up to this size are hashed from one read: a chunked read's buffer is new pages in a worker
 
 
 def read(root: str) -> dict[str, dict] | None:
@@ -39,7 +39,7 @@ def read(root: str) -> dict[str, dict] | None:
 
 def entry(root: str, model: str, scaler: str, std: float) -> dict:
     """One IP's record: its files (relative to the store) with their sha256 and size, and its std's."""
-    return {"files": {rel: _digest(os.path.join(root, rel)) for rel in files_of(root, model, scaler)},
+    return {"files": {rel: digest(os.path.join(root, rel)) for rel in files_of(root, model, scaler)},
             "std": _text_digest(json.dumps(std))}
 
 
@@ -77,7 +77,7 @@ def check(root: str, sealed: dict, model: str, scaler: str, *, std: float) -> No
         if rel not in wanted:
             raise JobError(Status.LOAD_ERROR, f"checksum mismatch: {rel} is not in {FILE}")
         sha, size = wanted[rel]
-        got = _digest(os.path.join(root, rel)) if os.path.getsize(os.path.join(root, rel)) == size else None
+        got = digest(os.path.join(root, rel)) if os.path.getsize(os.path.join(root, rel)) == size else None
         if got is None or got["sha256"] != sha:
             on_disk = "another size" if got is None else _short(got["sha256"])
             raise JobError(Status.LOAD_ERROR, f"checksum mismatch: {rel} (sha256 {_short(sha)} in {FILE}, "
@@ -89,12 +89,13 @@ def check(root: str, sealed: dict, model: str, scaler: str, *, std: float) -> No
         raise JobError(Status.LOAD_ERROR, f"checksum mismatch: std/std.json entry {std!r} is not the one in {FILE}")
 
 
-def _digest(path: str) -> dict:
-    digest = hashlib.sha256()
+def digest(path: str) -> dict:
+    """A file's sha256 and size, as an entry records them: also the weights cache's key of a model file, which
+    the loaded model carries on (loading.LoadedModel.digest), so that a job hashes its model once."""
     with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return {"sha256": digest.hexdigest(), "size": os.path.getsize(path)}
+        size = os.fstat(fh.fileno()).st_size
+        hashed = hashlib.sha256(fh.read()) if size <= _WHOLE else hashlib.file_digest(fh, "sha256")
+    return {"sha256": hashed.hexdigest(), "size": size}
 
 
 def _text_digest(text: str) -> str:

@@ -1,6 +1,8 @@
 """docs/design.md §3 steps 4-5: the rolling mean, and the window before each scored point."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -19,11 +21,37 @@ def rolling_series(values: np.ndarray, rolling: int) -> np.ndarray:
     return smoothed
 
 
+@dataclass(frozen=True)
+class Windows:
+    """scored_windows' points: `positions` (each one's index in the values) and `observed` (its own smoothed
+    value) of them all; `inputs` makes the windows of only those the model is asked about."""
+
+    positions: np.ndarray
+    observed: np.ndarray
+    means: np.ndarray  # the rolling means of the values
+    cuts: np.ndarray   # per point, the index of its own mean in `means`
+    fills: np.ndarray  # per point, what a NaN of its window's means becomes
+    window: int
+
+    def inputs(self, at: int = 0) -> np.ndarray:
+        """The `window` smoothed values before each point from the `at`-th on, one row per point."""
+        smoothed = self.means[self.cuts[at:, None] + np.arange(-self.window, 0)]
+        return np.where(np.isnan(smoothed), self.fills[at:, None], smoothed)
+
+
 def scored_windows(values: np.ndarray, rolling: int, window: int, start: int, *,
                    before: tuple[float, int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, inputs, observed) of every point from index `start` on that has `window` smoothed
     values before it: its index in `values`, those values (one row per point) and its own smoothed
-    value.
+    value (windowed's, every window made)."""
+    found = windowed(values, rolling, window, start, before=before)
+    return found.positions, found.inputs(), found.observed
+
+
+def windowed(values: np.ndarray, rolling: int, window: int, start: int, *,
+             before: tuple[float, int] | None = None) -> Windows:
+    """Every point from index `start` on that has `window` smoothed values before it: its index in `values`,
+    its own smoothed value, and (Windows.inputs) the `window` smoothed values before it.
 
     Each point sees what a run on the series cut off at that point would see: a NaN of the rolling
     mean is filled with the mean of the raw values up to the point, not of the whole series. `before`:
@@ -42,9 +70,9 @@ def scored_windows(values: np.ndarray, rolling: int, window: int, start: int, *,
     # Summed in order from the earlier sum: the float a run over the whole series gets.
     sums = np.cumsum(numbers) if before is None else np.cumsum(np.concatenate([[before[0]], numbers]))[1:]
     fills = sums[ends - 1] / counts
-    smoothed = means[(ends - rolling)[:, None] + np.arange(-window, 1)]
-    smoothed = np.where(np.isnan(smoothed), fills[:, None], smoothed)
-    return ends - 1, smoothed[:, :-1], smoothed[:, -1]
+    own = means[ends - rolling]
+    return Windows(positions=ends - 1, observed=np.where(np.isnan(own), fills, own), means=means,
+                   cuts=ends - rolling, fills=fills, window=window)
 
 
 def _numeric(values: np.ndarray, known: bool = False) -> tuple[np.ndarray, np.ndarray]:

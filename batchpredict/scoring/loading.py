@@ -46,6 +46,7 @@ class LoadedModel:
     entry: str = ""     # what a SavedModel is called through: its signature or its __call__
     engine: str = "keras"
     note: str = ""      # for the debug log: the numpy engine's layers, or why it did not take the model
+    digest: dict | None = None  # the model file's io.manifest.digest, where the numpy engine hashed it to load it
 
 
 @dataclass
@@ -161,7 +162,8 @@ def _load_numpy(path: str) -> LoadedModel:
         raise Unsupported(f"could not read it: {first_line(exc)}") from None
     fmt = ModelFormat(model.kind, model.keras_version, "numpy")
     return LoadedModel(model.predict, _window_of(f"{name}: {fmt}", tuple(model.input_shape)), fmt,
-                       engine="numpy", note=f"; {model.describe()}; weights from the {model.source}")
+                       engine="numpy", note=f"; {model.describe()}; weights from the {model.source}",
+                       digest=model.digest)
 
 
 def _load_tf(path: str, fmt: ModelFormat, trust: bool = False) -> LoadedModel:

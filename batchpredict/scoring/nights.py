@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,7 @@ from ..job import Job
 
 @dataclass(frozen=True, kw_only=True)
 class Joined:
-    labels: list[str]
+    labels: list[str]  # the table's: those of values[offset:]
     values: np.ndarray
     before: tuple[float, int] | None  # sum and count of the numeric values before the first of `values`
     offset: int = 0  # where the table begins in `values`: what came before is the history's
@@ -35,6 +36,13 @@ class Joined:
     reused: int = 0  # the end of what the history holds alike: its values before the table, and those it
     # holds as the table does (bit for bit) from the table's start on, whose predictions are the same
     note: str = ""  # why the history was not used, for the log
+    encoded: np.ndarray | None = None  # every label of `values` as the history holds them (history.encoded),
+    # where join read them; else the table's are encoded when the file is left
+
+    def timestamps(self, positions: np.ndarray) -> list[str]:
+        """The labels of the table's points at `positions` (indices into `values`, none before `offset`)."""
+        labels = self.labels
+        return [labels[at] for at in (positions - self.offset).tolist()]
 
     def kept_predictions(self, first: int, count: int) -> np.ndarray:
         """The history's predictions of the points from `first` on (at most `count`, contiguous), none unless
@@ -45,10 +53,12 @@ class Joined:
         return self.stored[at:at + count]
 
 
-def key(job: Job, *, window: int, engine: str) -> str:
+def key(job: Job, *, window: int, engine: str, model: dict | None = None) -> str:
     """What a prediction depends on besides the values: the model's and the scaler's files, the window, the
-    rolling mean and the engine."""
-    files = manifest.entry(job.store, job.model, job.scaler, job.std)["files"]
+    rolling mean and the engine. `model`: the model file's manifest.digest where the caller has it (the
+    numpy engine hashed the file to read it), so that it is not hashed again."""
+    files = {rel: model if model is not None and rel == job.model else manifest.digest(os.path.join(job.store, rel))
+             for rel in manifest.files_of(job.store, job.model, job.scaler)}
     said = json.dumps({"files": files, "window": window, "rolling": job.params.rolling, "engine": engine},
                       sort_keys=True)
     return hashlib.sha256(said.encode()).hexdigest()
@@ -64,19 +74,20 @@ def join(job: Job, folder: str, current: str) -> Joined:
         return alone(job, f"{path}: {exc}")
     if kept is None or not job.labels:
         return table
-    start = _start(kept.labels, job.labels)
+    labels = history.encoded(job.labels)
+    start = _start(kept.labels, labels)
     if start is None:
-        if kept.labels[0] in job.labels:  # the table reaches back further than the history: it has it all
+        if (labels == kept.labels[0]).any():  # the table reaches back further than the history: it has it all
             return table
-        return alone(job, f"{path}: its labels ({kept.labels[0]} ... {kept.labels[-1]}) do not line up with "
-                             f"the table's ({job.labels[0]} ...)")
+        return alone(job, f"{path}: its labels ({_text(kept.labels[0])} ... {_text(kept.labels[-1])}) do not line "
+                             f"up with the table's ({job.labels[0]} ...)")
     both = kept.values[start:start + len(table.values)]
     alike = both.view("<i8") == table.values[:len(both)].view("<i8")
     reused = start + (len(alike) if alike.all() else int(np.argmin(alike)))
     first = len(kept.labels) - len(kept.predicted)  # the history holds predictions from this value on
     stored = kept.predicted[:reused - first] if kept.key == current and reused > first else None
-    return Joined(labels=kept.labels[:start] + job.labels, values=np.concatenate([kept.values[:start], table.values]),
-                  before=kept.before, offset=start, stored=stored, reused=reused)
+    return Joined(labels=job.labels, values=np.concatenate([kept.values[:start], table.values]), before=kept.before,
+                  offset=start, stored=stored, reused=reused, encoded=np.concatenate([kept.labels[:start], labels]))
 
 
 def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.ndarray, current: str) -> None:
@@ -92,8 +103,9 @@ def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.nda
     values = joined.values[cut:]
     path = history.path_of(folder, job.ip)
     with writing(path):  # a full disk, as errors.IO_ERRORS says, is an OutputError naming the file
-        history.write(path, history.History(labels=list(joined.labels[cut:]), values=values, before=(total, count),
-                                            key=current, predicted=predicted[-len(values):]))
+        labels = history.encoded(joined.labels) if joined.encoded is None else joined.encoded
+        history.write(path, history.History(labels=labels[cut:], values=values, before=(total, count), key=current,
+                                            predicted=predicted[-len(values):]))
 
 
 def alone(job: Job, note: str = "") -> Joined:
@@ -101,24 +113,28 @@ def alone(job: Job, note: str = "") -> Joined:
     return Joined(labels=job.labels, values=np.asarray(job.values, dtype=float), before=None, note=note)
 
 
-def _start(kept: list[str], labels: list[str]) -> int | None:
+def _start(kept: np.ndarray, labels: np.ndarray) -> int | None:
     """Where the table's first label falls in the history, if the buckets both hold carry the same labels;
-    the history's length where the table begins one step after it."""
-    try:
-        at = kept.index(labels[0])
-    except ValueError:
+    the history's length where the table begins one step after it. Both as history.encoded."""
+    found = np.flatnonzero(kept == labels[0])
+    if not len(found):
         return len(kept) if _follows(kept, labels) else None
+    at = int(found[0])
     overlap = kept[at:at + len(labels)]
-    return at if overlap == labels[:len(overlap)] else None
+    return at if bool((overlap == labels[:len(overlap)]).all()) else None
 
 
-def _follows(kept: list[str], labels: list[str]) -> bool:
+def _follows(kept: np.ndarray, labels: np.ndarray) -> bool:
     """The table's first label one of the history's steps after its last, where the labels are times."""
     if len(kept) < 2:
         return False
     try:
-        times = np.array([kept[-2], kept[-1], labels[0]], dtype="datetime64[s]")
+        times = np.array([_text(kept[-2]), _text(kept[-1]), _text(labels[0])], dtype="datetime64[s]")
     except ValueError:
         return False
     step = times[1] - times[0]
     return bool(step > np.timedelta64(0, "s") and times[2] - times[1] == step)
+
+
+def _text(label: bytes) -> str:
+    return label.decode(errors="replace")

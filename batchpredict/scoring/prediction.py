@@ -12,7 +12,7 @@ from ..job import Job
 from ..result import Points, Result, Status
 from . import alerting, loading, nights, scalers
 from .anomaly import point_stds, verdicts
-from .features import scored_windows
+from .features import windowed
 from .loading import LoadedModel, load_model
 
 # True in workers forked from the lean forkserver (preload/lean.py): no TensorFlow, no scikit-learn
@@ -62,19 +62,20 @@ def _score(job: Job, result: Result) -> None:
         window = model.window
     kind, count = job.std_mode
     method = job.method.at(job.step) if job.method else None
-    joined, current = _joined(job, result, window=window, engine=model.engine)
+    joined, current = _joined(job, result, window=window, model=model)
     start = joined.offset + job.start()
     # --std rolling:N / mad:N and the alerting stage also score the points before the first one, for their
     # residuals only: each point's std and alert depend on that many points before it.
     history = max(count, method.history() if method else 0)
     # The ensemble's value rules look further back, at the observed values only: no model call for those.
     reach = max(history, method.value_history() if method else 0)
-    positions, inputs, values = scored_windows(joined.values, params.rolling, window, max(0, start - reach),
-                                               before=joined.before)
-    modelled = int(np.searchsorted(positions, start - history))
-    positions, inputs, observed = positions[modelled:], inputs[modelled:], values[modelled:]
+    found = windowed(joined.values, params.rolling, window, max(0, start - reach), before=joined.before)
+    values = found.observed
+    modelled = int(np.searchsorted(found.positions, start - history))
+    positions, observed = found.positions[modelled:], values[modelled:]
     stored = joined.kept_predictions(int(positions[0]), len(positions)) if len(positions) else np.empty(0)
-    predicted = np.concatenate([stored, _predicted(model, scaler, inputs[len(stored):],
+    # The windows of only the points the model is asked about: those the history holds no prediction of.
+    predicted = np.concatenate([stored, _predicted(model, scaler, found.inputs(modelled + len(stored)),
                                                    padded=len(positions) > 1 or history > 0)])
     if job.history:
         result.debug.append(f"{job.ip}: history: {joined.offset} values before the table, {len(stored)} of "
@@ -91,7 +92,7 @@ def _score(job: Job, result: Result) -> None:
     if job.history:
         result.outage = _leave(job, job.history, joined, predicted=predicted, current=current,
                                keep=reach + window + params.rolling + len(observed[keep]))
-    result.points = Points(np.asarray(joined.labels)[positions[keep]], observed[keep], predicted[keep], stds[keep],
+    result.points = Points(joined.timestamps(positions[keep]), observed[keep], predicted[keep], stds[keep],
                            lower=lowers[:, keep], upper=uppers[:, keep], anomaly=anomaly[keep],
                            severity=severity[keep], rolled=rolled[keep], std_mode=params.std, alert=alert,
                            score=score, judged=judged, method=method.name if method else "", rule=rule)
@@ -122,11 +123,11 @@ def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedSc
     return predicted
 
 
-def _joined(job: Job, result: Result, *, window: int, engine: str) -> tuple[nights.Joined, str]:
+def _joined(job: Job, result: Result, *, window: int, model: LoadedModel) -> tuple[nights.Joined, str]:
     """The IP's series (with its history, under --history) and what its predictions depend on."""
     if not job.history:
         return nights.alone(job), ""
-    current = nights.key(job, window=window, engine=engine)
+    current = nights.key(job, window=window, engine=model.engine, model=model.digest)
     joined = nights.join(job, job.history, current)
     if joined.note:
         result.log.append(f"{job.ip}: no history: {joined.note}; scored from the table alone")

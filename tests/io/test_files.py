@@ -46,3 +46,13 @@ def test_replaced_keeps_the_suffix_for_writers_that_choose_a_format_by_it(tmp_pa
         assert tmp.endswith(".keras") and os.path.dirname(tmp) == str(tmp_path)
         Path(tmp).write_bytes(b"zip")
     assert final.read_bytes() == b"zip"
+
+
+def test_a_temporary_name_left_by_a_dead_process_is_passed_over(tmp_path: Path, monkeypatch) -> None:
+    from batchpredict.io import files
+
+    monkeypatch.setattr(files, "_NAMES", iter(range(3)))
+    (tmp_path / f".out.csv.{os.getpid()}-0.tmp").write_text("left by a killed run\n")
+    write_atomic(str(tmp_path / "out.csv"), "x\n")
+    assert (tmp_path / "out.csv").read_text() == "x\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".out.csv.{os.getpid()}-0.tmp", "out.csv"]

@@ -20,7 +20,8 @@ def made(n: int = 50, kept: int = 20) -> History:
 
 
 def same(a: History, b: History) -> None:
-    assert a.labels == b.labels and a.key == b.key and a.before == b.before
+    assert a.labels.dtype == b.labels.dtype and a.labels.tolist() == b.labels.tolist()
+    assert a.key == b.key and a.before == b.before
     for x, y in ((a.values, b.values), (a.predicted, b.predicted)):
         assert x.dtype == y.dtype == np.float64 and x.tobytes() == y.tobytes()  # NaN and -0.0 too
 
@@ -32,6 +33,26 @@ def test_a_history_reads_back_bit_for_bit(tmp_path):
     history.write(path, written)
     same(history.read(path), written)
     assert [p.name for p in tmp_path.iterdir()] == ["10.0.0.1.history"]  # no temporary file left
+
+
+def test_labels_of_any_width_and_script_read_back(tmp_path):
+    path = str(tmp_path / "a.history")
+    for labels in (["é", "day 2", "2026-11-01T00:00:00+01:00"], [""], []):
+        written = History(labels=labels, values=np.arange(len(labels), dtype=float), before=(0.0, 0), key="k",
+                          predicted=np.empty(0))
+        history.write(path, written)
+        read = history.read(path)
+        same(read, written)
+        assert [label.decode() for label in read.labels.tolist()] == labels
+
+
+def test_a_file_of_the_first_version_is_unreadable(tmp_path):
+    """Version 1 held the labels as zlib of a JSON list: such a file is no history (the night says so)."""
+    path = tmp_path / "a.history"
+    history.write(str(path), made())
+    path.write_bytes(path.read_bytes().replace(history.MAGIC, b"batchpredict history 1\n"))
+    with pytest.raises(Unreadable, match="not a history file of this version"):
+        history.read(str(path))
 
 
 def test_no_file_is_no_history(tmp_path):

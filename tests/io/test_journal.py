@@ -18,6 +18,7 @@ from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli
 from batchpredict import Params, predict_table
 from batchpredict.errors import LockHeld, UsageError
 from batchpredict.io.journal import Journal, Lock
+from batchpredict.io.journal import _line as journal_line
 from batchpredict.result import Point, Points, Result, Severity, Status
 
 TIMING = ["attempts", "duration_ms", "worker_pid", "worker_peak_rss_mib"]
@@ -57,6 +58,21 @@ def test_journal_round_trip_and_torn_last_line(tmp_path):
     again.append(Result(ip="c"))
     again.close(remove=False)
     assert [r["ip"] for r in journal_results(path)] == ["a", "c"]
+
+
+def test_a_line_holds_what_json_writes_of_the_result(tmp_path):
+    """orjson writes the lines (json where it refuses a record): the same values as json's line, read back."""
+    point = Point(timestamp="2026-11-01T00:05", observed=3.0, predicted=1.5, std=0.25, lower=(1.0, 0.5),
+                  upper=(2.0, 2.5), anomaly=True, severity=Severity.CRITICAL, std_source="rolling:96", alert=True,
+                  score=0.75, alert_source="likelihood")
+    result = Result(ip="10.0.0.1", status=Status.OK, points=[point] * 3, duration_ms=23.25, worker_pid=7,
+                    worker_peak_rss_mib=35.5, attempts=1, model="model/10.0.0.1.h5", engine="numpy",
+                    log=["é ünïcode"], debug=["a \"quoted\" line"])
+    for record in (result.to_dict(), {"journal": 1, "fingerprint": "f"}, {"big": 2**70}):
+        line = journal_line(record)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert json.loads(line) == json.loads(json.dumps(record))
+    assert Result.from_dict(json.loads(journal_line(result.to_dict()))).points == result.points
 
 
 def test_journal_of_other_inputs_is_refused(tmp_path):

@@ -43,6 +43,17 @@ def test_each_point_takes_the_scale_of_the_n_residuals_before_it(kind, monkeypat
         assert stds[i] == pytest.approx(by_hand, rel=1e-12) and rolled[i]
 
 
+@pytest.mark.parametrize("kind", ["rolling", "mad"])
+def test_the_scales_are_the_same_bits_whatever_the_block(kind, monkeypatch):
+    """A night's 1,644 residuals of rolling:96, as one block and as blocks of 1, 128 and 129 windows."""
+    residuals = np.random.default_rng(5).normal(0, 3, 1644) * np.repeat([1.0, 1e4, 1e-3, 7.0], 411)
+    found = []
+    for block in (10**6, 1, 128, 129):
+        monkeypatch.setattr(anomaly, "_BLOCK", block)
+        found.append(point_stds(residuals, 2.0, kind, 96)[0].tobytes())
+    assert len(set(found)) == 1
+
+
 def test_residuals_that_do_not_vary_leave_the_store_std():
     stds, rolled = point_stds(np.r_[np.full(6, 2.0), 5.0, 1.0], 1.5, "rolling", 3)
     assert stds.tolist() == [1.5] * 7 + [pytest.approx(np.std([2.0, 2.0, 5.0], ddof=1))]

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from batchpredict.errors import JobError
-from batchpredict.scoring.features import rolling_series, scored_windows
+from batchpredict.scoring.features import rolling_series, scored_windows, windowed
 
 
 def last_point(values, rolling, window):
@@ -87,3 +87,19 @@ def test_points_without_a_full_window_or_any_number_before_them_are_not_scored()
     assert scored_windows(np.arange(30.0), rolling=5, window=20, start=0)[0].tolist() == list(range(24, 30))
     with pytest.raises(JobError, match="need 21"):
         scored_windows(np.arange(24.0), rolling=5, window=20, start=0)
+
+
+def test_the_windows_of_the_later_points_alone_are_those_of_every_window_bit_for_bit():
+    """windowed().inputs(at): only the windows the model is asked about (those the history holds no
+    prediction of), the same bits as every window's from the `at`-th on."""
+    rng = np.random.default_rng(3)
+    values = rng.normal(100, 10, 300)
+    values[[1, 2, 17, 36, 250]] = np.nan
+    found = windowed(values, 5, 20, 10, before=(1234.5, 12))
+    every = found.inputs()
+    assert every.shape == (len(found.positions), 20)
+    for at in (0, 1, 200, len(found.positions) - 1, len(found.positions)):
+        assert found.inputs(at).tobytes() == every[at:].tobytes()
+    positions, inputs, observed = scored_windows(values, 5, 20, 10, before=(1234.5, 12))
+    assert positions.tolist() == found.positions.tolist() and inputs.tobytes() == every.tobytes()
+    assert observed.tobytes() == found.observed.tobytes()

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from conftest import POISONS, Poison, read_out, run_cli
 
-from batchpredict.io import history
+from batchpredict.io import history, manifest
 from batchpredict.job import Job, Params
 from batchpredict.scoring import nights
 
@@ -48,10 +48,18 @@ def kept(folder: Path, labels: list[str], values: list[float], predicted: int = 
 HOURS = [f"2026-11-01T{h:02d}:00" for h in range(24)]
 
 
+def labels_of(joined: nights.Joined) -> list[str]:
+    """Every label of the joined values: the history's before the table, then the table's."""
+    if joined.encoded is None:
+        return joined.labels
+    assert [label.decode() for label in joined.encoded[joined.offset:].tolist()] == joined.labels
+    return [label.decode() for label in joined.encoded.tolist()]
+
+
 def test_the_history_before_the_tables_first_label_comes_first_and_the_table_wins(tmp_path):
     kept(tmp_path, HOURS[:10], list(range(10)), predicted=6)
     joined = nights.join(job(HOURS[6:12], [60.0] * 6), str(tmp_path), "k")
-    assert joined.labels == HOURS[:12] and joined.offset == 6 and not joined.note
+    assert labels_of(joined) == HOURS[:12] and joined.offset == 6 and not joined.note
     assert joined.values.tolist() == [0, 1, 2, 3, 4, 5] + [60.0] * 6 and joined.before == (10.0, 4)
     assert joined.stored.tolist() == [0.0, 1.0]  # the predictions of buckets 4 and 5, before the table's first
 
@@ -65,7 +73,7 @@ def test_predictions_of_another_model_are_not_reused(tmp_path):
 def test_a_table_one_step_after_the_history_continues_it(tmp_path):
     kept(tmp_path, HOURS[:10], list(range(10)))
     joined = nights.join(job(HOURS[10:12], [1.0, 2.0]), str(tmp_path), "k")
-    assert joined.offset == 10 and joined.labels == HOURS[:12]
+    assert joined.offset == 10 and labels_of(joined) == HOURS[:12]
 
 
 @pytest.mark.parametrize(("labels", "why"), [
@@ -76,7 +84,7 @@ def test_a_table_one_step_after_the_history_continues_it(tmp_path):
 def test_a_history_of_another_series_is_no_history(tmp_path, labels, why):
     kept(tmp_path, HOURS[:10], list(range(10)))
     joined = nights.join(job(labels, [1.0, 2.0]), str(tmp_path), "k")
-    assert joined.offset == 0 and joined.labels == labels and why in joined.note
+    assert joined.offset == 0 and labels_of(joined) == labels and why in joined.note
 
 
 def test_a_table_reaching_back_before_the_history_is_read_alone_and_silently(tmp_path):
@@ -91,7 +99,7 @@ def test_leave_keeps_the_last_values_with_the_running_sum_of_those_before_them(t
     nights.leave(job(HOURS[:6], list(values)), str(tmp_path), joined, keep=2, predicted=np.array([9.0, 8.0, 7.0]),
                  current="k")
     left = history.read(history.path_of(str(tmp_path), "10.0.0.1"))
-    assert left.labels == HOURS[4:6] and left.values.tolist() == [0.3, 4.0] and left.predicted.tolist() == [8.0, 7.0]
+    assert left.labels.tolist() == [label.encode() for label in HOURS[4:6]] and left.values.tolist() == [0.3, 4.0] and left.predicted.tolist() == [8.0, 7.0]
     assert left.before == (float(np.cumsum([0.7, 1.0, 0.1, 0.2])[-1]), 5)  # summed in order, NaN not counted
 
 
@@ -101,6 +109,8 @@ def test_the_key_changes_with_the_model_file_the_window_and_the_engine(tmp_path)
               scaler="sc/10.0.0.10.save", std=1.0, std_mode=("store", 0), method=None, params=Params())
     first = nights.key(one, window=20, engine="numpy")
     assert first == nights.key(one, window=20, engine="numpy")
+    # The model's digest as the weights cache computed it (LoadedModel.digest): the same key, not hashed again.
+    assert nights.key(one, window=20, engine="numpy", model=manifest.digest(str(store / one.model))) == first
     assert len({first, nights.key(one, window=12, engine="numpy"), nights.key(one, window=20, engine="keras")}) == 3
     shutil.copy(store / "model" / "10.0.0.12.h5", store / "model" / "10.0.0.10.h5")  # retrained
     assert nights.key(one, window=20, engine="numpy") != first
@@ -229,9 +239,11 @@ def test_five_nights_from_the_history_equal_one_run_over_the_whole_table(example
                    "--since", since).returncode == 0
     pd.testing.assert_frame_equal(rows(out), rows(tmp_path / "w296.csv"))
 
-    # Night 5: a torn file and a file of another series are no history, said once; the others go on.
-    torn, foreign = folder / f"{IPS[1]}.history", folder / f"{IPS[2]}.history"
+    # Night 5: a torn file, a file of another series and one of the first version (its labels a JSON list) are
+    # no history, said once; the others go on.
+    torn, foreign, older = (folder / f"{ip}.history" for ip in IPS[1:4])
     torn.write_bytes(torn.read_bytes()[:100])
+    older.write_bytes(older.read_bytes().replace(history.MAGIC, b"batchpredict history 1\n"))
     other = history.read(str(foreign))
     history.write(str(foreign), history.History(labels=[f"x{i}" for i in range(len(other.labels))],
                                                 values=other.values, before=other.before, key=other.key,
@@ -242,16 +254,17 @@ def test_five_nights_from_the_history_equal_one_run_over_the_whole_table(example
     assert done.returncode == 0, done.stderr
     assert done.stderr.count(f"{IPS[1]}: no history: ") == 1 and "torn" in done.stderr
     assert done.stderr.count(f"{IPS[2]}: no history: ") == 1 and "do not line up" in done.stderr
+    assert done.stderr.count(f"{IPS[3]}: no history: ") == 1 and "not a history file of this version" in done.stderr
     got = rows(out).set_index("ip")
     whole = night(example, tmp_path / "whole-320.csv", 0, 320)
     assert run_cli("predict", "--models", store, *SETTINGS, "--data", whole, "--out", tmp_path / "w320.csv",
                    "--since", since).returncode == 0
     reference = rows(tmp_path / "w320.csv").set_index("ip")
-    pd.testing.assert_frame_equal(got.drop(index=IPS[1:3]), reference.drop(index=IPS[1:3]))
-    alone = tmp_path / "alone.csv"  # the two without history: as a run over tonight's table alone
+    pd.testing.assert_frame_equal(got.drop(index=IPS[1:4]), reference.drop(index=IPS[1:4]))
+    alone = tmp_path / "alone.csv"  # the three without history: as a run over tonight's table alone
     assert run_cli("predict", "--models", store, *SETTINGS, "--data", table, "--out", alone,
                    "--since", since).returncode == 0
-    pd.testing.assert_frame_equal(got.loc[IPS[1:3]], rows(alone).set_index("ip").loc[IPS[1:3]])
+    pd.testing.assert_frame_equal(got.loc[IPS[1:4]], rows(alone).set_index("ip").loc[IPS[1:4]])
     summary = json.loads(Path(f"{out}.summary.json").read_text())
     assert summary["status"] == {"ok": len(IPS)}
 

@@ -12,7 +12,6 @@ stale. An entry holds JSON and raw numbers, nothing that runs; one that is not e
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -23,6 +22,7 @@ import numpy as np
 import orjson
 
 from ...errors import BatchPredictError
+from ...io import manifest
 from ...io.files import replaced
 from .artefact import Artefact, read
 from .spec import LayerSpec
@@ -31,7 +31,6 @@ MAGIC = b"batchpredict weights 1\n"
 _LENGTH = 8  # bytes of the header's length, little-endian, after MAGIC
 _DTYPES = {"<f4", "<f8", "<f2", "<i4", "<i8"}
 _ALIGN = 64
-_WHOLE = 16 << 20  # model files up to this size are hashed from one read
 
 
 def directory() -> str | None:
@@ -45,29 +44,27 @@ def directory() -> str | None:
     return os.path.join(base, "batchpredict")
 
 
-def load(path: str) -> tuple[Artefact, str]:
-    """The artefact at `path`, from the cache when it holds the file's content; and where it came from
-    (`cache`, or `file` with a word on the cache when it could not be written)."""
+def load(path: str) -> tuple[Artefact, str, dict | None]:
+    """The artefact at `path`, from the cache when it holds the file's content; where it came from (`cache`, or
+    `file` with a word on the cache when it could not be written); and the file's manifest.digest, the cache's
+    key, None where the cache is off or the path is no file."""
     folder = directory()
     if folder is None or os.path.isdir(path):
-        return read(path), "file"
+        return read(path), "file", None
     try:
-        with open(path, "rb") as fh:
-            # In one read where it is small: file_digest's 256 KiB buffer is 64 new pages in a fresh worker.
-            small = os.fstat(fh.fileno()).st_size <= _WHOLE
-            digest = (hashlib.sha256(fh.read()) if small else hashlib.file_digest(fh, "sha256")).hexdigest()
+        hashed = manifest.digest(path)
     except OSError:
-        return read(path), "file"  # which words what is wrong with it
-    entry = os.path.join(folder, digest + ".weights")
+        return read(path), "file", None  # which words what is wrong with it
+    entry = os.path.join(folder, hashed["sha256"] + ".weights")
     found = _read(entry)
     if found is not None:
-        return found, "cache"
+        return found, "cache", hashed
     artefact = read(path)
     try:
         write(entry, artefact)
     except OSError as exc:
-        return artefact, f"file (weights cache {folder} not written: {exc.strerror or exc})"
-    return artefact, "file"
+        return artefact, f"file (weights cache {folder} not written: {exc.strerror or exc})", hashed
+    return artefact, "file", hashed
 
 
 def fill(path: str) -> None:

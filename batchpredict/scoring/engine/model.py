@@ -13,8 +13,9 @@ from .spec import Step
 class NumpyModel:
     """Predicts as the Keras runtime that saved the artefact would, in float32, without TensorFlow."""
 
-    def __init__(self, artefact: Artefact, source: str = "file") -> None:
+    def __init__(self, artefact: Artefact, source: str = "file", digest: dict | None = None) -> None:
         self.source = source  # where the weights came from: the model `file`, or the weights `cache`
+        self.digest = digest  # the model file's sha256 and size (io.manifest.digest), where the cache hashed it
         self.kind = artefact.kind
         self.keras_version = artefact.keras_version
         self.input_shape = artefact.input_shape
@@ -78,6 +79,6 @@ def load(path: str) -> NumpyModel:
     JobError(load_error): a file no runtime could read (not a model, weights only, a Keras 1 file
     the engine cannot take). A file read before comes from the weights cache (cache.py), without HDF5.
     """
-    artefact, source = cache.load(path)
+    artefact, source, digest = cache.load(path)
     with keras1.reasons(artefact.major):
-        return NumpyModel(artefact, source)
+        return NumpyModel(artefact, source, digest)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import engine_models, engine_runs
 
+from batchpredict.io import manifest
 from batchpredict.scoring.engine import artefact, cache, load
 
 MODELS = Path(__file__).parents[3] / "models" / "model"
@@ -42,6 +43,12 @@ def test_a_model_from_the_cache_predicts_the_same_numbers(path, folder, monkeypa
     again = load(str(path))
     assert again.source == "cache" and again.describe() == first.describe()
     np.testing.assert_array_equal(again.predict(x), first.predict(x))
+    assert first.digest == again.digest == manifest.digest(str(path))  # the cache's key, carried on
+
+
+def test_without_the_cache_a_model_carries_no_digest(monkeypatch):
+    monkeypatch.setenv("BATCHPREDICT_CACHE", "off")
+    assert load(str(MODELS / "10.0.0.10.h5")).digest is None
 
 
 def corruptions(data: bytes) -> dict[str, bytes]:
@@ -80,7 +87,7 @@ def test_off_and_an_unwritable_folder_still_load(tmp_path, monkeypatch):
     assert load(str(MODELS / "10.0.0.10.h5")).source == "file"
     (tmp_path / "a file").write_text("")
     monkeypatch.setenv("BATCHPREDICT_CACHE", str(tmp_path / "a file" / "cache"))  # no folder can be made there
-    model, source = cache.load(str(MODELS / "10.0.0.10.h5"))
+    model, source, _ = cache.load(str(MODELS / "10.0.0.10.h5"))
     assert source.startswith("file (weights cache ") and "not written" in source and model.layers
 
 
