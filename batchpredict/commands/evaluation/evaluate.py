@@ -63,6 +63,10 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
         raise UsageError(f"no baseline {baseline!r}; choose from {', '.join(BASELINES)}")
     if baseline and not data:
         raise UsageError("--baseline needs --data, the table the results were predicted from")
+    try:
+        step = parse_duration(params.step) if params.step else None
+    except ValueError as exc:
+        raise UsageError(f"--step: {exc}") from None
     frame, made_with = read_results(results)
     if judged == ALERT and ALERT not in frame:
         raise UsageError(f"{results} has no alert column: predict with --points N or --since, and --alert on")
@@ -72,8 +76,9 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
     if judged == ALERT:  # before --after: a swept alert, as predict's, sees the points before the judged ones
         points, times = order_points(points, "results")
         points[ALERT] = points[ALERT] == "true"
+        steps = _steps(points, times, step)
         for value in sweep or []:
-            points[_swept(value)] = _alerts(points, value, params, times)
+            points[_swept(value)] = _alerts(points, value, params.alert, steps)
     if after:
         points = _after(points, read_table(after, layout), after, warnings)
     marks = read_labels(labels)
@@ -110,24 +115,21 @@ def _swept(threshold: float) -> str:
     return f"{ALERT}@{threshold!r}"
 
 
-def _alerts(points: pd.DataFrame, threshold: float, params: Params, times: np.ndarray) -> np.ndarray:
-    """The alerts the score gives at `threshold`, over points grouped by IP in time order (`times` in ns):
-    onsets of the points at or above it (critical ones where the score fell back), with the method's rest
-    period counted at each IP's step (`params.step`, else its points' median spacing); for the ensemble,
+def _alerts(points: pd.DataFrame, threshold: float, method: str, steps: np.ndarray) -> np.ndarray:
+    """The alerts the score gives at `threshold`, over points grouped by IP in time order: onsets of the
+    points at or above it (critical ones where the score fell back), with the method's rest period counted
+    at each point's IP's step (`steps`, seconds); for the ensemble,
     without the likelihood's daily repeats and with the alerts its value rules raised (`alert_source`) as they
     are. A sweep sees only the results' points, so in an IP's first rows it may alert where predict, seeing the
     history before them, did not."""
-    found = parse(params.alert)
+    found = parse(method)
     if found is None or found.name == "severity":
-        raise UsageError(f"a sweep of the alert score needs --alert likelihood or ensemble[:...], not {params.alert!r}")
-    code = pd.factorize(points["ip"])[0]
-    starts = np.flatnonzero(np.diff(code, prepend=-1))
-    first = np.repeat(starts, np.diff(np.append(starts, len(code))))
-    steps = np.full(len(code), parse_duration(params.step)) if params.step else _steps(times, first)
+        raise UsageError(f"a sweep of the alert score needs --alert likelihood or ensemble[:...], not {method!r}")
+    first = _firsts(points)
     value = pd.to_numeric(points["score"], errors="coerce").to_numpy(dtype=float)
     critical = (points["severity"] == "critical").to_numpy()
     ruled = points[ALERT].to_numpy(dtype=bool) & points["alert_source"].isin(VALUE_RULES).to_numpy()
-    alerts = np.zeros(len(code), dtype=bool)
+    alerts = np.zeros(len(first), dtype=bool)
     for step in np.unique(steps):  # the IPs of one step together: their spans are the same counts
         at = np.flatnonzero(steps == step)
         spans = replace(found.at(float(step)), threshold=threshold)
@@ -138,9 +140,20 @@ def _alerts(points: pd.DataFrame, threshold: float, params: Params, times: np.nd
     return alerts
 
 
-def _steps(times: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Per point, its IP's step in seconds: the median spacing of its points (REFERENCE for a single one)."""
+def _firsts(points: pd.DataFrame) -> np.ndarray:
+    """Per point of points grouped by IP, the index of its IP's first point."""
+    code = pd.factorize(points["ip"])[0]
+    starts = np.flatnonzero(np.diff(code, prepend=-1))
+    return np.repeat(starts, np.diff(np.append(starts, len(code))))
+
+
+def _steps(points: pd.DataFrame, times: np.ndarray, step: float | None) -> np.ndarray:
+    """Per point, its IP's step in seconds: `step` (--step) where given, else the median spacing of its
+    IP's points (`times`, ns; REFERENCE for a single point)."""
+    if step is not None:
+        return np.full(len(times), step)
     steps = np.full(len(times), REFERENCE)
+    first = _firsts(points)
     for start in np.unique(first):
         end = int(np.searchsorted(first, start, side="right"))
         if end - start > 1:

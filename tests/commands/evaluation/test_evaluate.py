@@ -337,6 +337,8 @@ def test_a_sweep_counts_the_rest_at_each_ips_step(tmp_path):
 
     assert flagged() == {"f": 1, "h": 2}
     assert flagged(step="1h") == {"f": 2, "h": 2}
+    with pytest.raises(UsageError, match="--step: not a duration"):
+        flagged(step="1 hour")
 
 
 def test_flags_alert_beside_the_baseline_and_without_an_alert_column(case, tmp_path):
