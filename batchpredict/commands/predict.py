@@ -138,7 +138,7 @@ class Plan:
         self.started = 0.0  # when the first was (time.monotonic)
         self.cpu_s = 0.0    # CPU time spent reading and planning the table
         self.skipped = 0    # --since: IPs without a point after the label, which get no rows
-        self.untimed = 0    # label lists (a wide table's one, each IP's of a long one) that are not times
+        self.untimed = False  # some series' labels were not times (said once)
         # The index of each series' first point to score: negative counts from its end.
         self.first = (lambda series: -params.points) if params.since is None else table.since(params.since)
 
@@ -230,7 +230,7 @@ class Plan:
                 log.warning("%s: labels are not times (%r ...): the alert spans count %s steps; --step sets the "
                             "step (said once)", series.ip, series.labels[0] if series.labels else "",
                             duration(REFERENCE))
-            self.untimed += found is None
+            self.untimed = self.untimed or found is None
             step = found or REFERENCE
             self._steps = (series.labels, step)
         return step

@@ -177,9 +177,13 @@ def step_of(labels: list[str]) -> float | None:
             times = np.array(labels, dtype="datetime64[ms]")
     except (ValueError, TypeError, OverflowError):
         return None
-    gaps = np.diff(times).astype(np.int64)
-    step = float(np.median(gaps)) / 1000.0 if len(gaps) else 0.0
+    step = median_gap(times.astype(np.int64)) / 1000.0
     return step if step > 0 else None
+
+
+def median_gap(times: np.ndarray) -> float:
+    """The median spacing of times in order, in their unit; 0 for fewer than two."""
+    return float(np.median(np.diff(times))) if len(times) > 1 else 0.0
 
 
 def _is_number(text: str) -> bool:

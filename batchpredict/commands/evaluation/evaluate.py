@@ -17,7 +17,7 @@ from ...job import Params
 from ...result import Status
 from ...rules import REFERENCE, VALUE_RULES, parse_duration
 from ...scoring.alerting import onsets, triggers
-from ...scoring.method import ENSEMBLE, parse
+from ...scoring.method import ENSEMBLE, median_gap, parse
 from ..report import read_results
 from ..verdict import Verdict
 from . import BASELINES
@@ -156,8 +156,7 @@ def _steps(points: pd.DataFrame, times: np.ndarray, step: float | None) -> np.nd
     first = _firsts(points)
     for start in np.unique(first):
         end = int(np.searchsorted(first, start, side="right"))
-        if end - start > 1:
-            steps[start:end] = float(np.median(np.diff(times[start:end]))) / 1e9 or REFERENCE
+        steps[start:end] = median_gap(times[start:end]) / 1e9 or REFERENCE
     return steps
 
 

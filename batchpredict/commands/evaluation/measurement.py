@@ -12,6 +12,7 @@ import pandas as pd
 
 from ...errors import UsageError
 from ...io.events import runs, sigma
+from ...scoring.method import median_gap
 from .labels import NAT, Labels, parse_times
 from .nab import STANDARD, Profile, detection_value, false_alarm_value, normalised
 
@@ -77,8 +78,7 @@ def place(frame: pd.DataFrame, labels: Labels, profile: Profile = STANDARD) -> S
     for k, ip in enumerate(ips):
         lo, hi = bounds[k], bounds[k + 1]
         times = time[lo:hi]
-        step = np.median(np.diff(times)) if hi - lo > 1 else 0.0
-        days[k] = (times[-1] - times[0] + step) / _NS_PER_DAY
+        days[k] = (times[-1] - times[0] + median_gap(times)) / _NS_PER_DAY
         spans = labels.windows.get(ip, np.empty((0, 2), np.int64))
         first = lo + np.searchsorted(times, spans[:, 0], side="left")
         last = lo + np.searchsorted(times, spans[:, 1], side="right") - 1
