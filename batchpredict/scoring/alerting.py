@@ -48,6 +48,7 @@ from .method import ENSEMBLE, Spans
 
 # A value seen at this time of day on this many days of the week before is a habit, not a new extreme.
 _HABIT = 2
+_ROOT2 = math.sqrt(2.0)
 
 
 def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method: Spans, *,
@@ -104,12 +105,12 @@ def extremes(values: np.ndarray, method: Spans, shared: Shared | None = None) ->
     shared = shared or Shared(values, method)
     high, low, count = shared.before(method.span)
     width, _ = shared.week
-    top, bottom = shared.days
     margin = method.extreme * width
     with np.errstate(invalid="ignore"):
         new = (np.maximum(values - high, low - values) > margin) & (high > low) & (count >= max(2, method.span // 4))
         at = np.flatnonzero(new)  # few: the habit is counted there only
-        seen = (values[at] <= top[:, at] + margin[at]) & (values[at] >= bottom[:, at] - margin[at])
+        top, bottom = shared.days(at)
+        seen = (values[at] <= top + margin[at]) & (values[at] >= bottom - margin[at])
     new[at[seen.sum(axis=0) >= _HABIT]] = False
     return new
 
@@ -119,10 +120,10 @@ def seasonal(values: np.ndarray, method: Spans, shared: Shared | None = None) ->
     week's range, where the week correlates at least `repeat` with the day before it: in a series with a daily
     rhythm, a job at an hour it never ran. A bursty series (jobs at any hour) correlates too little to judge."""
     shared = shared or Shared(values, method)
-    top, bottom = shared.days
+    top, bottom = shared.season
     width, _ = shared.week
     with np.errstate(invalid="ignore"):
-        beyond = np.maximum(values - top.max(axis=0), bottom.min(axis=0) - values) > method.seasonal * width
+        beyond = np.maximum(values - top, bottom - values) > method.seasonal * width
         return beyond & (_daily_correlation(values, method) >= method.repeat) if beyond.any() else beyond
 
 
@@ -132,11 +133,10 @@ def quiet_days(values: np.ndarray, method: Spans, shared: Shared | None = None) 
     shared = shared or Shared(values, method)
     day, others = method.day, method.week - method.day
     index = np.arange(len(values))
-    start = index + 1 - day
-    high, low = shared.over(np.maximum(start, 0), index + 1)
-    days = np.where(start >= 0, high - low, np.nan)  # the range of the day ending at each point
+    high, low = shared.ending(day)
+    days = np.where(index + 1 >= day, high - low, np.nan)  # the range of the day ending at each point
     full = np.isfinite(days)
-    least = _before(np.where(full, days, np.inf), others, np.minimum)  # over the days ending before
+    least = _shifted(_trailing(np.where(full, days, np.inf), others, np.minimum))  # over the days ending before
     shift = min(day - 1, len(days))  # ... those ending at t - week + 1 .. t - day, for point t
     least = np.concatenate([np.full(shift, np.nan), least[:len(days) - shift]])
     seen = np.concatenate([[0], np.cumsum(full)])
@@ -148,24 +148,28 @@ def quiet_days(values: np.ndarray, method: Spans, shared: Shared | None = None) 
 
 
 class Shared:
-    """What the value rules read of one series, each computed once for all of them: the max and the min of any
-    run of up to max(`week`, `span`) values in two lookups each, from one sparse table per reduction."""
+    """What the value rules read of one series, each computed once for all of them: the max and the min of the
+    runs of values ending at each point, per run length asked for (`_trailing`)."""
 
     def __init__(self, values: np.ndarray, method: Spans) -> None:
-        self._method, self._n = method, len(values)
-        longest = max(method.week, method.span)
-        self._tables = [(reduce, _table(values, reduce, longest)) for reduce in (np.maximum, np.minimum)]
+        self._values, self._method, self._n = np.asarray(values, dtype=float), method, len(values)
+        self._runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # A time of day: the run of `_span` values about it; on day d before a point, the run ending `_lags[d - 1]`
+        # points before it.
+        self._span = 2 * method.tolerance + 1
+        self._lags = np.arange(1, method.week // method.day + 1) * method.day - method.tolerance
 
-    def over(self, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The max and the min of values[start:stop], element by element; NaN where that is empty."""
-        high, low = (_lookup(table, reduce, start, stop) for reduce, table in self._tables)
-        return high, low
+    def ending(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per point, the max and the min of the up to `count` values ending at it."""
+        if count not in self._runs:
+            self._runs[count] = (_trailing(self._values, count, np.maximum), _trailing(self._values, count, np.minimum))
+        return self._runs[count]
 
     def before(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per point, the max and the min of up to `count` values before it (NaN where none), and how many."""
         index = np.arange(self._n)
-        start = np.maximum(index - count, 0)
-        return *self.over(start, index), index - start
+        high, low = (_shifted(run) for run in self.ending(count))
+        return high, low, index - np.maximum(index - count, 0)
 
     @functools.cached_property
     def week(self) -> tuple[np.ndarray, np.ndarray]:
@@ -173,18 +177,30 @@ class Shared:
         high, low, count = self.before(self._method.week)
         return high - low, count
 
-    @functools.cached_property
-    def days(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per day d = 1 .. week // day before each point (rows) and per point (columns): the max and the min of
-        the values within `tolerance` points of the same time d days before; NaN where not all are in the series."""
-        method = self._method
-        index, span = np.arange(self._n), 2 * method.tolerance + 1
-        high, low = self.over(np.maximum(index + 1 - span, 0), index + 1)  # of the `span` values ending at each
-        back = np.arange(1, method.week // method.day + 1)[:, None] * method.day
-        end = index - back + method.tolerance  # as tolerance < day, before the point
-        whole = end + 1 >= span
+    def days(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per day d = 1 .. week // day before the points `at` (rows) and per point of them (columns): the max and
+        the min of the values within `tolerance` points of the same time d days before; NaN where not all are in
+        the series."""
+        high, low = self.ending(self._span)
+        end = at[None, :] - self._lags[:, None]
+        whole = end + 1 >= self._span
         end = np.clip(end, 0, None)
         return np.where(whole, high[end], np.nan), np.where(whole, low[end], np.nan)
+
+    @functools.cached_property
+    def season(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per point, the max and the min of its time of day (`days`) over every day of the week before; NaN
+        unless every day's are all in the series. Day by day, on shifted copies: no week-by-points table."""
+        high, low = (functools.reduce(reduce, (self._lagged(run, lag) for lag in self._lags.tolist()))
+                     for run, reduce in zip(self.ending(self._span), (np.maximum, np.minimum), strict=True))
+        return high, low
+
+    def _lagged(self, run: np.ndarray, lag: int) -> np.ndarray:
+        """The runs of `_span` values ending `lag` points before each point; NaN where not all are in the series."""
+        shifted, first = np.full(self._n, np.nan), lag + self._span - 1
+        if first < self._n:
+            shifted[first:] = run[self._span - 1:self._n - lag]
+        return shifted
 
 
 def _daily_correlation(values: np.ndarray, method: Spans) -> np.ndarray:
@@ -203,29 +219,30 @@ def _daily_correlation(values: np.ndarray, method: Spans) -> np.ndarray:
     return np.concatenate([np.full(min(day, len(values)), np.nan), correlation[:max(len(values) - day, 0)]])
 
 
-def _before(values: np.ndarray, count: int, reduce: Any) -> np.ndarray:
-    """Per point, `reduce` (np.maximum or np.minimum) over up to `count` values before it; NaN where none."""
-    index = np.arange(len(values))
-    return _lookup(_table(values, reduce, count), reduce, np.maximum(index - count, 0), index)
+def _trailing(values: np.ndarray, count: int, reduce: Any) -> np.ndarray:
+    """Per point, `reduce` (np.maximum or np.minimum) over the up to `count` values ending at it, in a few passes
+    whatever `count` (van Herk, Gil and Werman): in blocks of `count`, each run is the reduction of the end of one
+    block and the start of the next. NaN where the run holds one, as `reduce` gives."""
+    n = len(values)
+    width = max(1, min(count, n))
+    blocks = -(-n // width)
+    padded = np.empty(blocks * width)
+    padded[:n] = values
+    padded[n:] = values[-1] if n else 0.0  # read by no run: the last block's tail
+    grid = padded.reshape(blocks, width)
+    ends = reduce.accumulate(grid, axis=1).reshape(-1)[:n]  # from each block's start to the point
+    starts = reduce.accumulate(grid[:, ::-1], axis=1)[:, ::-1].reshape(-1)  # from the point to its block's end
+    first = np.arange(n) - (count - 1)  # each run's first point; before 0, the run is the block's start on
+    runs = ends.copy()
+    whole = first >= 0
+    runs[whole] = reduce(starts[first[whole]], ends[whole])
+    return runs
 
 
-def _table(values: np.ndarray, reduce: Any, longest: int) -> np.ndarray:
-    """A sparse table of `reduce` over the values: level j holds each run of 2^j values from its index, up to
-    the longest run asked for (and the values' length)."""
-    levels = [np.asarray(values, dtype=float)]
-    while 2 ** len(levels) <= min(longest, len(values)):
-        size, last = 2 ** (len(levels) - 1), levels[-1]
-        levels.append(reduce(last, np.concatenate([last[size:], last[-size:]])))
-    return np.stack(levels)
-
-
-def _lookup(table: np.ndarray, reduce: Any, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
-    """`reduce` over values[start:stop] from their _table: two runs that cover it; NaN where it is empty."""
-    taken = stop - start
-    k = np.floor(np.log2(np.maximum(taken, 1))).astype(int)
-    last = max(table.shape[1] - 1, 0)
-    return np.where(taken > 0, reduce(table[k, np.minimum(start, last)], table[k, np.maximum(stop - 2 ** k, 0)]),
-                    np.nan)
+def _shifted(runs: np.ndarray) -> np.ndarray:
+    """Runs ending at each point as those ending at the point before: the values before each point; NaN at the
+    first, which has none."""
+    return np.concatenate([[np.nan], runs[:-1]]) if len(runs) else runs
 
 
 def likelihood_z(residuals: np.ndarray, store_std: float, method: Spans) -> tuple[np.ndarray, np.ndarray]:
@@ -246,7 +263,7 @@ def likelihood_z(residuals: np.ndarray, store_std: float, method: Spans) -> tupl
 def _score(z: np.ndarray, per_reference: float = 1.0) -> np.ndarray:
     """-log10 of the normal tail beyond z, over 10, in [0, 1]: 0.5 at a tail of 1e-5, 1 at 1e-10 and beyond.
     The tail is taken per 5 minutes (`per_reference` points), so a score is as rare at every step."""
-    tail = 0.5 * np.array([math.erfc(v / math.sqrt(2.0)) for v in np.minimum(z, 40.0).tolist()])
+    tail = 0.5 * np.fromiter(map(math.erfc, (np.minimum(z, 40.0) / _ROOT2).tolist()), float, count=len(z))
     return np.clip(-np.log10(tail * per_reference + 1e-10) / 10.0, 0.0, 1.0)
 
 

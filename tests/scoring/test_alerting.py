@@ -220,6 +220,31 @@ def test_the_daily_correlation_is_the_weeks_with_the_day_before():
     assert np.isnan(correlation[:week]).all()
 
 
+@pytest.mark.parametrize("count", [1, 2, 7, 25, 288, 1000, 2999, 5000])
+def test_the_runs_ending_at_each_point_are_its_max_and_min(count):
+    """The value rules' ranges, against the max and the min of each run taken one by one: a NaN in a run is
+    the run's, runs before the series' start are cut, and a run longer than the series is all of it."""
+    values = np.random.default_rng(4).normal(0.0, 1.0, 3000)
+    values[[5, 1500, 2999]] = np.nan
+    for reduce, direct in ((np.maximum, np.max), (np.minimum, np.min)):
+        runs = alerting._trailing(values, count, reduce)
+        expected = [direct(values[max(0, t - count + 1):t + 1]) for t in range(len(values))]
+        assert np.array_equal(runs, expected, equal_nan=True)
+    assert alerting._trailing(values[:0], count, np.maximum).shape == (0,)
+
+
+def test_the_time_of_day_over_the_week_is_each_days_own():
+    """Shared.season, day by day, is the max and the min over Shared.days' rows, at every point."""
+    values = daily(12) + np.random.default_rng(5).normal(0.0, 0.01, 12 * 288)
+    values[2000] = np.nan
+    shared = alerting.Shared(values, ENSEMBLE)
+    top, bottom = shared.days(np.arange(len(values)))
+    high, low = shared.season
+    assert np.array_equal(high, top.max(axis=0), equal_nan=True)
+    assert np.array_equal(low, bottom.min(axis=0), equal_nan=True)
+    assert np.isnan(high[:ENSEMBLE.week]).all() and np.isfinite(high[ENSEMBLE.week + 300:2000]).all()
+
+
 def test_a_bursty_series_is_not_judged_by_the_hour():
     """Jobs at a random hour each day: every job is at a new hour, and the series correlates too little with the
     day before for the seasonal rule to judge it."""

@@ -9,7 +9,17 @@ import signal
 
 # A forkserver leaves when the coordinator closes its end of a pipe; a coordinator killed with
 # SIGKILL must take it down as surely, and with it every worker (they die with their forkserver).
-ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+_libc = ctypes.CDLL(None)
+_libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+# A job allocates and frees arrays of a few hundred kB over and over. glibc maps each one above 128 kB afresh
+# and hands the top of its heap back, so a worker faulted in new pages for each (2-3 us a page in a process
+# just forked): freed memory is kept for the next array instead. A worker lives for one job, and what it
+# holds goes back to the system when it exits.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+if hasattr(_libc, "mallopt"):  # glibc's; another libc keeps its own policy
+    _libc.mallopt(_M_MMAP_THRESHOLD, 16 << 20)
+    _libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
 
 if os.environ.get("BATCHPREDICT_DEVICE", "cpu") == "cpu":
     # These models are tiny; a GPU context costs seconds per process (docs/design.md §6).
