@@ -23,9 +23,9 @@ import numpy as np
 
 from .files import replaced
 
-# Version 2: the labels as a fixed-width bytes array (version 1 held a JSON list); a file of another version is
-# no history.
-MAGIC = b"batchpredict history 2\n"
+# Version 3: with `origin` (version 2 had none; version 1 held the labels as a JSON list); a file of another version
+# is no history.
+MAGIC = b"batchpredict history 3\n"
 SUFFIX = ".history"
 
 
@@ -49,6 +49,7 @@ class History:
     before: tuple[float, int]  # sum and count of the numeric values before the first of `values`
     key: str                   # what the predictions were computed with (model and scaler files, window, ...)
     predicted: np.ndarray      # the model's predictions of the last len(predicted) of `values`: their residuals
+    origin: int = 0            # the place of values[0] in the series since the history began (prediction.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.labels, np.ndarray) or self.labels.dtype.kind != "S":
@@ -90,7 +91,7 @@ def read(path: str) -> History | None:
         labels = np.ascontiguousarray(columns.reshape(width, count).T).view(f"S{width}").reshape(count)
         return History(labels=labels, values=arrays[:count].astype(float),
                        before=(float(header["before"][0]), int(header["before"][1])), key=str(header["key"]),
-                       predicted=arrays[count:].astype(float))
+                       predicted=arrays[count:].astype(float), origin=int(header["origin"]))
     except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
         raise Unreadable(f"torn or damaged ({exc})") from None
 
@@ -106,6 +107,7 @@ def write(path: str, history: History) -> None:
     body = (np.concatenate([history.values, history.predicted]).astype("<f8").tobytes()
             + zlib.compress(columns.tobytes(), 1))
     header = json.dumps({"values": len(history.values), "predicted": len(history.predicted), "width": width,
-                         "before": list(history.before), "key": history.key, "crc32": zlib.crc32(body)}).encode()
+                         "before": list(history.before), "key": history.key, "origin": history.origin,
+                         "crc32": zlib.crc32(body)}).encode()
     with replaced(path, durable=False) as temporary, open(temporary, "wb") as out:
         out.write(MAGIC + len(header).to_bytes(8, "little") + header + body)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class Joined:
     values: np.ndarray
     before: tuple[float, int] | None  # sum and count of the numeric values before the first of `values`
     offset: int = 0  # where the table begins in `values`: what came before is the history's
+    origin: int = 0  # the place of values[0] in the series since the history began: the table's start without one
     stored: np.ndarray | None = None  # the history's predictions of values[reused - len(stored):reused]
     reused: int = 0  # the end of what the history holds alike: its values before the table, and those it
     # holds as the table does (bit for bit) from the table's start on, whose predictions are the same
@@ -77,8 +78,9 @@ def join(job: Job, folder: str, current: str) -> Joined:
     labels = history.encoded(job.labels)
     start = _start(kept.labels, labels)
     if start is None:
-        if (labels == kept.labels[0]).any():  # the table reaches back further than the history: it has it all
-            return table
+        back = np.flatnonzero(labels == kept.labels[0])
+        if len(back):  # the table reaches back further than the history: it has it all, and the same places
+            return replace(table, origin=kept.origin - int(back[0]))
         return alone(job, f"{path}: its labels ({_text(kept.labels[0])} ... {_text(kept.labels[-1])}) do not line "
                              f"up with the table's ({job.labels[0]} ...)")
     both = kept.values[start:start + len(table.values)]
@@ -87,7 +89,8 @@ def join(job: Job, folder: str, current: str) -> Joined:
     first = len(kept.labels) - len(kept.predicted)  # the history holds predictions from this value on
     stored = kept.predicted[:reused - first] if kept.key == current and reused > first else None
     return Joined(labels=job.labels, values=np.concatenate([kept.values[:start], table.values]), before=kept.before,
-                  offset=start, stored=stored, reused=reused, encoded=np.concatenate([kept.labels[:start], labels]))
+                  offset=start, origin=kept.origin, stored=stored, reused=reused,
+                  encoded=np.concatenate([kept.labels[:start], labels]))
 
 
 def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.ndarray, current: str) -> None:
@@ -105,7 +108,7 @@ def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.nda
     with writing(path):  # a full disk, as errors.IO_ERRORS says, is an OutputError naming the file
         labels = history.encoded(joined.labels) if joined.encoded is None else joined.encoded
         history.write(path, history.History(labels=labels[cut:], values=values, before=(total, count), key=current,
-                                            predicted=predicted[-len(values):]))
+                                            predicted=predicted[-len(values):], origin=joined.origin + cut))
 
 
 def alone(job: Job, note: str = "") -> Joined:

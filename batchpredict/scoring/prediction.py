@@ -12,6 +12,7 @@ from ..job import Job
 from ..result import Points, Result, Status
 from . import alerting, loading, nights, scalers
 from .anomaly import point_stds, verdicts
+from .engine.products import BLOCK
 from .features import windowed
 from .loading import LoadedModel, load_model
 
@@ -75,8 +76,10 @@ def _score(job: Job, result: Result) -> None:
     positions, observed = found.positions[modelled:], values[modelled:]
     stored = joined.kept_predictions(int(positions[0]), len(positions)) if len(positions) else np.empty(0)
     # The windows of only the points the model is asked about: those the history holds no prediction of.
+    asked = positions[len(stored):]
     predicted = np.concatenate([stored, _predicted(model, scaler, found.inputs(modelled + len(stored)),
-                                                   padded=len(positions) > 1 or history > 0)])
+                                                   at=joined.origin + asked if len(positions) > 1 or history > 0
+                                                   else None)])
     if job.history:
         result.debug.append(f"{job.ip}: history: {joined.offset} values before the table, {len(stored)} of "
                             f"{len(predicted)} predictions kept from the night before")
@@ -98,25 +101,30 @@ def _score(job: Job, result: Result) -> None:
                            score=score, judged=judged, method=method.name if method else "", rule=rule)
 
 
-# Windows predicted in one call, padded to a multiple of this many: BLAS computes the rows of a partial block
-# otherwise than those of a whole one, so without it a window's prediction would depend on how many came with
-# it, and a night continued from its history (--history) would differ in the last bits from one run whole.
-_BATCH_ROWS = 32
-
-
 def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedScaler, inputs: np.ndarray, *,
-               padded: bool) -> np.ndarray:
-    """The model's prediction after each window, every window in one call: the model, the scaler and the
-    arithmetic are per row. `padded` where the job's windows are more than its one scored point's."""
+               at: np.ndarray | None) -> np.ndarray:
+    """The model's prediction after each window: the model, the scaler and the arithmetic are per row.
+
+    `at`: each window's place in the series since its history began (where the job's windows are more than
+    its one scored point's). Each window then goes in the block of products.BLOCK rows that place falls in,
+    at its place in it, and the blocks are computed alike (products.py): a window's prediction depends on
+    nothing else, so a night continued from its history (--history) gives the bits of one run whole."""
     if not len(inputs):
         return np.empty(0)
     window = inputs.shape[1]
     x = scaler.transform(inputs.reshape(-1)).reshape(len(inputs), window, 1).astype(np.float32)
-    pad = -len(x) % _BATCH_ROWS if padded else 0
-    if pad:
-        x = np.concatenate([x, np.zeros((pad, window, 1), np.float32)])
-    raw = np.asarray(model.predict(x), dtype=float).reshape(len(x), -1)[:len(inputs)]
-    predicted = scaler.inverse_transform(raw)[:, 0]
+    rows = np.arange(len(x))
+    if at is not None:
+        rows = at - (at[0] - at[0] % BLOCK)
+        placed = np.zeros((-(-(int(rows[-1]) + 1) // BLOCK) * BLOCK, window, 1), np.float32)
+        placed[rows] = x
+        x = placed
+    if at is None or model.engine == "numpy":
+        raw = np.asarray(model.predict(x), dtype=float).reshape(len(x), -1)
+    else:  # TensorFlow's kernels: one call of the same shape per block
+        raw = np.concatenate([np.asarray(model.predict(x[i:i + BLOCK]), dtype=float).reshape(BLOCK, -1)
+                              for i in range(0, len(x), BLOCK)])
+    predicted = scaler.inverse_transform(raw[rows])[:, 0]
     finite = np.isfinite(predicted)
     if not finite.all():
         raise JobError(Status.ERROR, f"model returned {predicted[~finite][0]} for a finite window")

@@ -16,12 +16,12 @@ def made(n: int = 50, kept: int = 20) -> History:
     values[[3, 17]] = np.nan
     values[5] = -0.0
     return History(labels=[f"2026-11-01T{i // 12:02d}:{i % 12 * 5:02d}" for i in range(n)], values=values,
-                   before=(0.1 + 0.2, 7), key="k" * 64, predicted=rng.normal(size=kept))
+                   before=(0.1 + 0.2, 7), key="k" * 64, predicted=rng.normal(size=kept), origin=1234)
 
 
 def same(a: History, b: History) -> None:
     assert a.labels.dtype == b.labels.dtype and a.labels.tolist() == b.labels.tolist()
-    assert a.key == b.key and a.before == b.before
+    assert a.key == b.key and a.before == b.before and a.origin == b.origin
     for x, y in ((a.values, b.values), (a.predicted, b.predicted)):
         assert x.dtype == y.dtype == np.float64 and x.tobytes() == y.tobytes()  # NaN and -0.0 too
 
@@ -46,11 +46,13 @@ def test_labels_of_any_width_and_script_read_back(tmp_path):
         assert [label.decode() for label in read.labels.tolist()] == labels
 
 
-def test_a_file_of_the_first_version_is_unreadable(tmp_path):
-    """Version 1 held the labels as zlib of a JSON list: such a file is no history (the night says so)."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_file_of_an_earlier_version_is_unreadable(tmp_path, version):
+    """Version 1 held the labels as zlib of a JSON list, version 2 no origin: such a file is no history (the night
+    says so)."""
     path = tmp_path / "a.history"
     history.write(str(path), made())
-    path.write_bytes(path.read_bytes().replace(history.MAGIC, b"batchpredict history 1\n"))
+    path.write_bytes(path.read_bytes().replace(history.MAGIC, f"batchpredict history {version}\n".encode()))
     with pytest.raises(Unreadable, match="not a history file of this version"):
         history.read(str(path))
 

@@ -124,8 +124,9 @@ def test_a_rerouted_job_keeps_why_for_the_debug_log(base_store, tmp_path):
 
 @pytest.mark.parametrize("name", ["10.0.0.10.h5", "10.0.0.11.keras"])
 def test_a_windows_prediction_is_the_same_whichever_windows_come_with_it(name):
-    """Padded batches: BLAS rounds the rows of a partial block otherwise, so unpadded a window's prediction
-    depends on the batch (checked: this fails with padded=True), and a night continued from its history
+    """Each window at its place in a block of its own (engine/products.py): BLAS rounds a product's columns by
+    where they fall in the call and by its width, so batched as they come, a window's prediction depends on the
+    batch (checked: this fails with at=None on an AVX-512 OpenBLAS), and a night continued from its history
     would differ from one run over the whole table."""
     from batchpredict.scoring import loading, prediction, scalers
 
@@ -133,7 +134,10 @@ def test_a_windows_prediction_is_the_same_whichever_windows_come_with_it(name):
     model = loading.load_model(str(root / "model" / name), "numpy", lean=True, trust=False)
     scaler = scalers.read_scaler(str(root / "sc" / (name.rsplit(".", 1)[0] + ".save")))
     inputs = np.random.default_rng(3).uniform(0, 2000, size=(700, 20))
-    whole = prediction._predicted(model, scaler, inputs, padded=True)
-    for start, count in [(0, 1), (5, 37), (100, 313), (333, 288), (650, 50), (1, 699)]:
-        part = prediction._predicted(model, scaler, inputs[start:start + count], padded=True)
+    whole = prediction._predicted(model, scaler, inputs, at=np.arange(700) + 13)
+    for start, count in [(0, 1), (5, 37), (100, 313), (333, 288), (650, 50), (1, 699), (3, 32), (19, 64)]:
+        at = np.arange(start, start + count) + 13
+        part = prediction._predicted(model, scaler, inputs[start:start + count], at=at)
         assert part.tobytes() == whole[start:start + count].tobytes(), (start, count)
+    gaps = np.array([2, 3, 40, 41, 200])  # windows the history already held predictions of between them
+    assert prediction._predicted(model, scaler, inputs[gaps], at=gaps + 13).tobytes() == whole[gaps].tobytes()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ...errors import Unsupported, first_line
-from . import activations, recurrent
+from . import activations, products, recurrent
 from .spec import LayerSpec, Shape, Step
 
 
@@ -23,7 +23,7 @@ def dense(spec: LayerSpec, shape: Shape, major: int) -> Step:
     act = activations.of(spec, "activation", "linear", major)
 
     def call(x: np.ndarray) -> np.ndarray:
-        y = x @ kernel
+        y = products.rows(x, kernel)
         return act(y + bias[0] if bias else y)
 
     return Step(call, (*shape[:-1], units), f"Dense({units})")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from . import activations
+from . import activations, products
 from .spec import LayerSpec, Shape, Step
 
 State = tuple[np.ndarray, ...]
@@ -100,7 +100,8 @@ def _projection(kernel: np.ndarray, bias: np.ndarray | None = None) -> Callable[
     column = None if bias is None else bias[:, None]
     if kernel.shape[0] == 1:
         return (lambda x: weights * x) if column is None else (lambda x: weights * x + column)
-    return (lambda x: weights @ x) if column is None else (lambda x: weights @ x + column)
+    return (lambda x: products.columns(weights, x)) if column is None else (
+        lambda x: products.columns(weights, x) + column)
 
 
 def lstm(spec: LayerSpec, shape: Shape, major: int) -> Step:
@@ -131,7 +132,7 @@ def lstm(spec: LayerSpec, shape: Shape, major: int) -> Step:
                 c = np.zeros((u, x.shape[1]), np.float32)
             assert z is not None and c is not None
             operand[u:u + features] = x
-            np.matmul(weights, operand, out=z)
+            products.columns(weights, operand, out=z)
             if fused:
                 np.tanh(z, out=z)
                 sigmoids = z[:3 * u]
@@ -168,13 +169,13 @@ def gru(spec: LayerSpec, shape: Shape, major: int) -> Step:
 
     def cell(xw: np.ndarray, state: State) -> tuple[np.ndarray, State]:
         h, = state
-        inner = gates_kernel @ h
+        inner = products.columns(gates_kernel, h)
         if inner_bias is not None:
             inner = inner + inner_bias
         zr = rec(xw[:2 * units] + inner[:2 * units])
         z, r = zr[:units], zr[units:]
         x_h = xw[2 * units:]
-        hh = act(x_h + (r * inner[2 * units:] if reset_after else candidate_kernel @ (r * h)))
+        hh = act(x_h + (r * inner[2 * units:] if reset_after else products.columns(candidate_kernel, r * h)))
         h = z * h + (1 - z) * hh
         return h, (h,)
 
@@ -188,7 +189,7 @@ def simple_rnn(spec: LayerSpec, shape: Shape, major: int) -> Step:
     recurrent_t = np.ascontiguousarray(recurrent.T)
 
     def cell(xw: np.ndarray, state: State) -> tuple[np.ndarray, State]:
-        h = act(xw + recurrent_t @ state[0])
+        h = act(xw + products.columns(recurrent_t, state[0]))
         return h, (h,)
 
     return _layer(spec, shape, units, _cell_over_time(units, _projection(kernel, bias), cell, 1))
