@@ -17,7 +17,8 @@
    stage, the CSV and events file written, on --nightly-n IPs whose table holds the whole history the
    alerting stage and the std read before the day it scores (LABEL leaves NIGHTLY_POINTS, a day, after it);
    beside it, nightly_seed: the seed loop scoring the same points with one batched `predict` per IP
-   (--nightly-seed-n IPs of the same store);
+   (--nightly-seed-n IPs of the same store), timed before the nights and again after them, its rate over both
+   (this machine's speed drifts by a fifth over minutes: 1.17 and 1.50 jobs/s within an hour);
 8. nightly_history: the same night with `--history DIR` (filled by the night before, untimed) on a table of
    that day and `--window` + `--rolling` buckets before it; its rows must equal run 7's.
 Both nights report the share of their rows whose alert fell back to the onset of a critical run
@@ -88,6 +89,15 @@ def external(store: str, table: str, n: int, spawn: bool, points: int = 1) -> di
             "coordinator_rss_growth_mib": out["rss_mib"][-1] - out["rss_mib"][0],
             "worker_peak_rss_mib": out["child_peak_rss_mib"] if spawn else out["peak_rss_mib"],
             "predictions": out["predictions"]}
+
+
+def both(before: dict, after: dict) -> dict:
+    """The seed loop timed before and after the runs it is the reference of: its rate over both."""
+    jobs, wall = before["jobs"] + after["jobs"], before["wall_s"] + after["wall_s"]
+    return {**before, "jobs": jobs, "wall_s": wall, "jobs_per_s": jobs / wall,
+            "rows_per_s": (before["rows_per_s"] * before["wall_s"] + after["rows_per_s"] * after["wall_s"]) / wall,
+            "jobs_per_s_before_after": [before["jobs_per_s"], after["jobs_per_s"]],
+            "coordinator_peak_rss_mib": max(before["coordinator_peak_rss_mib"], after["coordinator_peak_rss_mib"])}
 
 
 def ours(store: str, table: str, workers: int, k: int, engine: str = "auto") -> dict:
@@ -278,6 +288,10 @@ def main() -> None:
                 if "nightly" in wanted:
                     runs["nightly_history"]["rows_equal"] = float(same_rows(os.path.join(night, "nightly.csv"),
                                                                             os.path.join(night, "nightly_history.csv")))
+            if "nightly_seed" in wanted and {"nightly", "nightly_history"} & set(runs):
+                runs["nightly_seed"] = both(runs["nightly_seed"], external(store, table, args.nightly_seed_n,
+                                                                           spawn=False, points=NIGHTLY_POINTS))
+                load.append(os.getloadavg()[0])
     for seed_name, names in (("seed_loop", RUNS[:6]), ("nightly_seed", RUNS[6:])):  # nightly_seed: itself
         reference = runs.get(seed_name, {}).get("predictions")
         for name in names:
