@@ -275,14 +275,14 @@ def test_five_nights_from_the_history_equal_one_run_over_the_whole_table(example
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("points", [37, 70])
-def test_a_night_of_any_length_gives_the_bits_of_one_run(example, tmp_path, points):
+@pytest.mark.parametrize(("points", "engine"), [(37, "auto"), (70, "auto"), (37, "keras")])
+def test_a_night_of_any_length_gives_the_bits_of_one_run(example, tmp_path, points, engine):
     """With --std rolling:400 a run over the whole table predicts 400 windows before tonight's, tonight's at other
     places of a wider batch than a night from its history puts them: each is predicted in its own place of its
     own block (engine/products.py), or BLAS rounds it otherwise (this failed on an AVX-512 OpenBLAS with
-    batches padded alone)."""
+    batches padded alone). TensorFlow (--engine keras) is called a block at a time."""
     labels, folder, end = list(example.columns[1:]), tmp_path / "history", 600 + points
-    settings = ["--std", "rolling:400", *SETTINGS[2:]]
+    settings = ["--std", "rolling:400", *SETTINGS[2:], "--engine", engine]
 
     def run(*args: object) -> None:
         done = run_cli("predict", "--models", MODELS, *settings, "-q", *map(str, args))
