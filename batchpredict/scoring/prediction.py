@@ -101,6 +101,9 @@ def _score(job: Job, result: Result) -> None:
                            score=score, judged=judged, method=method.name if method else "", rule=rule)
 
 
+_CACHED = 16  # blocks in one call of the numpy engine
+
+
 def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedScaler, inputs: np.ndarray, *,
                at: np.ndarray | None) -> np.ndarray:
     """The model's prediction after each window: the model, the scaler and the arithmetic are per row.
@@ -119,11 +122,12 @@ def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedSc
         placed = np.zeros((-(-(int(rows[-1]) + 1) // BLOCK) * BLOCK, window, 1), np.float32)
         placed[rows] = x
         x = placed
-    if at is None or model.engine == "numpy":
-        raw = np.asarray(model.predict(x), dtype=float).reshape(len(x), -1)
-    else:  # TensorFlow's kernels: one call of the same shape per block
-        raw = np.concatenate([np.asarray(model.predict(x[i:i + BLOCK]), dtype=float).reshape(BLOCK, -1)
-                              for i in range(0, len(x), BLOCK)])
+    # TensorFlow is called a block at a time, one shape for every call. The numpy engine multiplies its own
+    # blocks alike, so it takes as many as keep a step's arrays in the CPU's caches: a stateless night's 1,644
+    # windows in calls of 512 take a sixth less time than in one.
+    step = _CACHED * BLOCK if model.engine == "numpy" else BLOCK
+    calls = [x] if at is None else np.split(x, range(step, len(x), step))
+    raw = np.concatenate([np.asarray(model.predict(call), dtype=float).reshape(len(call), -1) for call in calls])
     predicted = scaler.inverse_transform(raw[rows])[:, 0]
     finite = np.isfinite(predicted)
     if not finite.all():
