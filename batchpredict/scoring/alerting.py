@@ -167,9 +167,8 @@ class Shared:
 
     def before(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per point, the max and the min of up to `count` values before it (NaN where none), and how many."""
-        index = np.arange(self._n)
         high, low = (_shifted(run) for run in self.ending(count))
-        return high, low, index - np.maximum(index - count, 0)
+        return high, low, np.minimum(np.arange(self._n), count)
 
     @functools.cached_property
     def week(self) -> tuple[np.ndarray, np.ndarray]:

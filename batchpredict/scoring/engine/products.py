@@ -14,12 +14,17 @@ import numpy as np
 BLOCK = 32
 
 
+def _blocks(batch: int) -> int:
+    """How many blocks a batch is multiplied in; 0 for one call (a single block, or not whole blocks)."""
+    return 0 if batch % BLOCK or batch == BLOCK else batch // BLOCK
+
+
 def columns(a: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """a @ x for x of (features, batch), the recurrent layers' layout; into `out` (contiguous) if given."""
     rows, (depth, batch) = a.shape[0], x.shape
-    if batch % BLOCK or batch == BLOCK:
+    blocks = _blocks(batch)
+    if not blocks:
         return np.matmul(a, x, out=out)
-    blocks = batch // BLOCK
     if out is None:
         out = np.empty((rows, batch), np.result_type(a, x))
     stacked = np.ascontiguousarray(x).reshape(depth, blocks, BLOCK).transpose(1, 0, 2)
@@ -30,7 +35,7 @@ def columns(a: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> np.n
 def rows(x: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     """x @ kernel for x of (batch, ..., features), Dense's layout: per window where x has timesteps (numpy
     multiplies each of a stack alike), else a block of rows at a time."""
-    batch = x.shape[0]
-    if x.ndim != 2 or batch % BLOCK or batch == BLOCK:
+    blocks = _blocks(x.shape[0])
+    if x.ndim != 2 or not blocks:
         return x @ kernel
-    return (x.reshape(batch // BLOCK, BLOCK, x.shape[1]) @ kernel).reshape(batch, kernel.shape[1])
+    return (x.reshape(blocks, BLOCK, x.shape[1]) @ kernel).reshape(x.shape[0], kernel.shape[1])
