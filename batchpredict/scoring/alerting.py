@@ -98,12 +98,13 @@ def triggers(score: np.ndarray, judged: np.ndarray, critical: np.ndarray, method
 
 
 def extremes(values: np.ndarray, method: Spans, shared: Shared | None = None) -> np.ndarray:
-    """Values beyond the range of the `span` values before them by `extreme` of the `week`'s range (relative
-    to the week, so a small bump after two flat days is not new), unless within this time of day's range,
+    """Values beyond the range of the `span` values ending `gap` points before them by `extreme` of the `week`'s
+    range (relative to the week, so a small bump after two flat days is not new; from where a rise of the last
+    few minutes began, so it is as new at every step), unless within this time of day's range,
     widened by as much, on `_HABIT` days of the week before: a nightly spike a little higher than the last
     two is not news. `shared`: Shared(values, method), if at hand."""
     shared = shared or Shared(values, method)
-    high, low, count = shared.before(method.span)
+    high, low, count = shared.before(method.span, method.gap)
     width, _ = shared.week
     margin = method.extreme * width
     with np.errstate(invalid="ignore"):
@@ -165,10 +166,11 @@ class Shared:
             self._runs[count] = (_trailing(self._values, count, np.maximum), _trailing(self._values, count, np.minimum))
         return self._runs[count]
 
-    def before(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per point, the max and the min of up to `count` values before it (NaN where none), and how many."""
-        high, low = (_shifted(run) for run in self.ending(count))
-        return high, low, np.minimum(np.arange(self._n), count)
+    def before(self, count: int, gap: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per point, the max and the min of up to `count` values ending `gap` points before it (NaN where none),
+        and how many."""
+        high, low = (_shifted(run, gap) for run in self.ending(count))
+        return high, low, np.clip(np.arange(self._n) - gap + 1, 0, count)
 
     @functools.cached_property
     def week(self) -> tuple[np.ndarray, np.ndarray]:
@@ -238,10 +240,11 @@ def _trailing(values: np.ndarray, count: int, reduce: Any) -> np.ndarray:
     return runs
 
 
-def _shifted(runs: np.ndarray) -> np.ndarray:
-    """Runs ending at each point as those ending at the point before: the values before each point; NaN at the
-    first, which has none."""
-    return np.concatenate([[np.nan], runs[:-1]]) if len(runs) else runs
+def _shifted(runs: np.ndarray, by: int = 1) -> np.ndarray:
+    """Runs ending at each point as those ending `by` points before it (1: the values before each point); NaN
+    where there are none."""
+    by = min(by, len(runs))
+    return np.concatenate([np.full(by, np.nan), runs[:len(runs) - by]])
 
 
 def likelihood_z(residuals: np.ndarray, store_std: float, method: Spans) -> tuple[np.ndarray, np.ndarray]:

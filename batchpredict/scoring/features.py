@@ -32,11 +32,23 @@ class Windows:
     cuts: np.ndarray   # per point, the index of its own mean in `means`
     fills: np.ndarray  # per point, what a NaN of its window's means becomes
     window: int
+    raw: np.ndarray    # the values as floats
+    rolling: int       # the values in each of `means`
 
     def inputs(self, at: int = 0) -> np.ndarray:
         """The `window` smoothed values before each point from the `at`-th on, one row per point."""
         smoothed = self.means[self.cuts[at:, None] + np.arange(-self.window, 0)]
         return np.where(np.isnan(smoothed), self.fills[at:, None], smoothed)
+
+    def smoothed(self, count: int) -> np.ndarray:
+        """Per point, the mean of the `count` values ending at it, filled as `observed` is where they hold a NaN
+        or begin before the values: `observed` itself for the rolling mean's own count."""
+        means = self.means if count == self.rolling else _rolling_means(self.raw, count)
+        at = self.positions - count + 1
+        own = np.full(len(at), np.nan)
+        inside = (at >= 0) & (at < len(means))
+        own[inside] = means[at[inside]]
+        return np.where(np.isnan(own), self.fills, own)
 
 
 def scored_windows(values: np.ndarray, rolling: int, window: int, start: int, *,
@@ -72,7 +84,7 @@ def windowed(values: np.ndarray, rolling: int, window: int, start: int, *,
     fills = sums[ends - 1] / counts
     own = means[ends - rolling]
     return Windows(positions=ends - 1, observed=np.where(np.isnan(own), fills, own), means=means,
-                   cuts=ends - rolling, fills=fills, window=window)
+                   cuts=ends - rolling, fills=fills, window=window, raw=raw, rolling=rolling)
 
 
 def _numeric(values: np.ndarray, known: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -43,6 +43,8 @@ class Method:
     repeat: float = 0.2      # ensemble: the least correlation with the day before for the seasonal rule to judge
     day: float = DAY         # ensemble: the values whose range is a day's
     week: float = 7 * DAY    # ensemble: the values the least daily range is taken over
+    smooth: float = 25 * MINUTE  # ensemble: the value rules read the mean of the values over this long
+    gap: float = 5 * MINUTE      # ensemble: a new extreme is judged against the `span` ending this long before it
 
     def at(self, step: float) -> Spans:
         """The method at a series' step (seconds): every span a whole number of points, at least one, and
@@ -76,6 +78,8 @@ class Spans:
     repeat: float
     day: int
     week: int
+    smooth: int
+    gap: int
 
     @property
     def per_reference(self) -> float:
@@ -95,18 +99,20 @@ class Spans:
         which need no model call."""
         if self.name != ENSEMBLE:
             return self.history()
-        return max(self.history(), max(self.span, self.week + self.day) + 2 * self.rest)
+        return max(self.history(), max(self.span + self.gap - 1, self.week + self.day) + 2 * self.rest)
 
 
-SPANS = ("window", "average", "centre", "rest", "span", "tolerance", "day", "week")
+SPANS = ("window", "average", "centre", "rest", "span", "tolerance", "day", "week", "smooth", "gap")
 # The spans a rule estimates from (the likelihood's distribution and mean, the extreme's range) hold at least a
 # quarter of their points at the reference step, so at steps above 20 minutes they read more time than they
 # say: a range or a mean of a few dozen points pages on noise (docs/evaluation.md, "At any step"). The others
-# place an event in time (the rest, the day, the week, the tolerance about a time of day) and stay in time.
+# place an event in time (the rest, the day, the week, the tolerance about a time of day) and stay in time, as do
+# the value rules' mean and the extreme's gap: at 5-minute steps the seed's rolling mean and the point before.
 _SAMPLES = ("window", "centre", "span")
 _LEAST = 0.25
 _LIKELIHOOD = ("window", "average", "centre", "rest", "threshold", "floor")
-_KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "seasonal", "repeat", "day", "week"),
+_KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "seasonal", "repeat", "day", "week",
+                                  "smooth", "gap"),
          "likelihood": _LIKELIHOOD,
          "severity": ("rest",)}
 # The ensemble's likelihood pages at a tail of 10^-6.5: its other rules catch what a lower threshold did.

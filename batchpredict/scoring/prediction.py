@@ -15,6 +15,7 @@ from .anomaly import point_stds, verdicts
 from .engine.products import BLOCK
 from .features import windowed
 from .loading import LoadedModel, load_model
+from .method import ENSEMBLE
 
 # True in workers forked from the lean forkserver (preload/lean.py): no TensorFlow, no scikit-learn
 # to fall back on, so a job that needs either is sent back to run in the TensorFlow pool.
@@ -90,11 +91,14 @@ def _score(job: Job, result: Result) -> None:
     keep = slice(int(np.searchsorted(positions, start)), None)  # positions ascend: the points to write
     alert = score = judged = rule = None
     if method:
+        # The value rules read the values' mean over a duration, as the rolling mean is at 5-minute steps.
+        ruled = found.smoothed(method.smooth) if method.name == ENSEMBLE else values
         alert, score, judged, rule = (a[keep] for a in alerting.alerts(residuals, severity == 2, job.std, method,
-                                                                         observed=values))
+                                                                         observed=ruled))
     if job.history:
         result.outage = _leave(job, job.history, joined, predicted=predicted, current=current,
-                               keep=reach + window + params.rolling + len(observed[keep]))
+                               keep=reach + max(window + params.rolling, method.smooth if method else 0)
+                               + len(observed[keep]))
     result.points = Points(joined.timestamps(positions[keep]), observed[keep], predicted[keep], stds[keep],
                            lower=lowers[:, keep], upper=uppers[:, keep], anomaly=anomaly[keep],
                            severity=severity[keep], rolled=rolled[keep], std_mode=params.std, alert=alert,

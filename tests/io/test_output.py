@@ -131,7 +131,7 @@ def test_each_rows_values_are_what_an_independent_computation_gives(name, output
         severity = np.where(outside[4], "critical", np.where(outside[2], "warning", "normal"))
         assert (rows["severity"] == severity).all()
         if name != "points_1":
-            assert set(rows["alert_source"]) <= {"ensemble", "likelihood", "extreme", "quiet", "severity"}
+            assert set(rows["alert_source"]) <= {"ensemble", *RULES[1:]}
             assert rows["alert"].dtype == bool
 
 

@@ -39,7 +39,8 @@ def test_the_default_and_its_parameters():
     assert HISTORY == 288 + 576 + 96
     ensemble = parse("ensemble")
     assert ensemble.spec() == ("ensemble:window=2d,average=15m,centre=1d,rest=8h,threshold=0.65,floor=0.5,"
-                               "tolerance=1h,extreme=0.05,span=2d,quiet=0.1,seasonal=0.2,repeat=0.2,day=1d,week=7d")
+                               "tolerance=1h,extreme=0.05,span=2d,quiet=0.1,seasonal=0.2,repeat=0.2,day=1d,week=7d,"
+                               "smooth=25m,gap=5m")
     assert parse(ensemble.spec()) == ensemble and Params().alert == "ensemble"
     five = ensemble.at(REFERENCE)
     assert five.history() == 288 + 576 + 288 + 12 + 2 * 96 and five.value_history() == 2016 + 288 + 2 * 96
@@ -183,6 +184,23 @@ def test_a_new_extreme_alerts_once_at_its_first_point():
     alert, rule = ensemble(values)
     assert alert.nonzero()[0].tolist() == [2500] and RULES[rule[2500]] == "extreme"
     assert extremes(values, ENSEMBLE)[2500:2520].sum() == 1  # once 1.5 is in the window it is not new
+
+
+@pytest.mark.parametrize("step", [60.0, REFERENCE])
+def test_a_slow_rise_to_a_new_high_is_new_at_every_step(step):
+    """A daily sine (0.3 high), then from its peak a rise of 0.02 a minute: at 5-minute steps each point is 0.1
+    above the one before, past the margin (5% of the week's range, about 0.03); at 1-minute steps 0.02 is not, but
+    a few minutes of the rise are: the range is the `span`'s up to the `gap` (5 minutes) before."""
+    minutes = np.arange(3 * 1440 + 360 + 60)
+    values = 0.3 * np.sin(2 * np.pi * minutes / 1440)
+    rise = 3 * 1440 + 360
+    values[rise:] = 0.3 + 0.02 * np.arange(1, 61)
+    every = int(step // 60)
+    spans = parse("ensemble").at(step)
+    fired = minutes[::every][extremes(values[::every], spans)]
+    assert len(fired) and rise <= fired[0] <= rise + 10, fired
+    if step < REFERENCE:  # compared with the point before, no step of the rise is new
+        assert not extremes(values[::every], replace(spans, gap=1)).any()
 
 
 def test_a_level_shift_of_the_values_alerts_once_and_the_new_level_is_absorbed():

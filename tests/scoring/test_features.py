@@ -1,4 +1,5 @@
 import numpy as np
+import pandas as pd
 import pytest
 
 from batchpredict.errors import JobError
@@ -103,3 +104,27 @@ def test_the_windows_of_the_later_points_alone_are_those_of_every_window_bit_for
     positions, inputs, observed = scored_windows(values, 5, 20, 10, before=(1234.5, 12))
     assert positions.tolist() == found.positions.tolist() and inputs.tobytes() == every.tobytes()
     assert observed.tobytes() == found.observed.tobytes()
+
+
+def test_the_value_rules_mean_over_the_rolling_count_is_observed_itself():
+    rng = np.random.default_rng(3)
+    values = rng.normal(10, 2, 300)
+    values[[40, 41, 200]] = np.nan
+    found = windowed(values, 5, 20, 0)
+    assert found.smoothed(5) is not found.observed
+    assert np.array_equal(found.smoothed(5), found.observed)
+
+
+@pytest.mark.parametrize("count", [1, 2, 25, 60])
+def test_the_value_rules_mean_over_another_count_is_pandas_rolling_mean_filled_as_observed(count):
+    """Where the `count` values hold a NaN or begin before the series, the point's fill: the mean of the numbers
+    up to it, as for the rolling mean."""
+    rng = np.random.default_rng(count)
+    values = rng.normal(10, 2, 300)
+    values[[100, 101, 250]] = np.nan
+    found = windowed(values, 5, 20, 0)
+    series = pd.Series(values)
+    expected = series.rolling(count).mean().to_numpy()[found.positions]
+    fills = series.expanding().mean().to_numpy()[found.positions]  # pandas' mean skips NaN
+    expected = np.where(np.isnan(expected), fills, expected)
+    assert found.smoothed(count) == pytest.approx(expected, rel=1e-12)
