@@ -15,8 +15,9 @@ job that spikes every night is not news), and adds three rules on the observed v
 what a short-window LSTM's residual cannot (its prediction is close to the last value):
 
     extreme:  the value lies beyond the range of the `span` values before it by `extreme` of the range of
-              the `week` before it, and was not seen at this time of day (the values within `tolerance`
-              points of it, a day, two days, ... a week before, widened by the same margin) on two days
+              the `week` before it, more than `miss` store stds off its prediction, and was not seen at this
+              time of day (the values within `around` points of it, a day, two days, ... a week before,
+              widened by the same margin) on two days
     quiet:    the range of the last `day` values is below the least range of any `day` values in the `week`
               before, by `quiet` of the week's range (a metric that stopped doing what it does every day)
     seasonal: the value lies beyond the range of this time of day on every day of the week before, by
@@ -73,7 +74,10 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
         raise ValueError("the ensemble's value rules need the observed values")
     values = np.asarray(observed, dtype=float)
     shared = Shared(values, method)
-    for name, fired in zip(VALUE_RULES, (extremes(values, method, shared), quiet_days(values, method, shared),
+    # A new extreme the model predicted (a drift it learned) is not news. Before the residuals, none pages.
+    missed = np.zeros(len(values), dtype=bool)
+    missed[len(values) - n:] = np.abs(residuals) > method.miss * store_std
+    for name, fired in zip(VALUE_RULES, (extremes(values, method, shared) & missed, quiet_days(values, method, shared),
                                          seasonal(values, method, shared)), strict=True):
         fired = onsets(fired, method.rest)[len(values) - n:]
         rule = np.where((rule == 0) & fired, RULES.index(name), rule)
@@ -157,8 +161,8 @@ class Shared:
         self._runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # A time of day: the run of `_span` values about it; on day d before a point, the run ending `_lags[d - 1]`
         # points before it.
-        self._span = 2 * method.tolerance + 1
-        self._lags = np.arange(1, method.week // method.day + 1) * method.day - method.tolerance
+        self._span = 2 * method.around + 1
+        self._lags = np.arange(1, method.week // method.day + 1) * method.day - method.around
 
     def ending(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Per point, the max and the min of the up to `count` values ending at it."""
@@ -180,7 +184,7 @@ class Shared:
 
     def days(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per day d = 1 .. week // day before the points `at` (rows) and per point of them (columns): the max and
-        the min of the values within `tolerance` points of the same time d days before; NaN where not all are in
+        the min of the values within `around` points of the same time d days before; NaN where not all are in
         the series."""
         high, low = self.ending(self._span)
         end = at[None, :] - self._lags[:, None]

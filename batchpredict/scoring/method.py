@@ -36,6 +36,7 @@ class Method:
     threshold: float = 0.35  # on the score: a tail probability of 10^-3.5 (Numenta's NAB threshold is 0.5, 1e-5)
     floor: float = 0.5       # the least std of the residual scores, in store stds: a flat stretch cannot shrink it
     extreme: float = 0.05    # ensemble: how far beyond the range of the `span` values before, in the week's range
+    miss: float = 1.0        # ensemble: how far off its prediction a new extreme is, at least, in store stds
     span: float = 2 * DAY    # ensemble: the values a new extreme is judged against
     tolerance: float = HOUR  # ensemble: a likelihood trigger this near one a `day` before is a daily event
     quiet: float = 0.1       # ensemble: how far below the week's least daily range, in the week's range
@@ -71,6 +72,7 @@ class Spans:
     threshold: float
     floor: float
     extreme: float
+    miss: float
     span: int
     tolerance: int
     quiet: float
@@ -80,6 +82,7 @@ class Spans:
     week: int
     smooth: int
     gap: int
+    around: int  # the value rules' time of day: the values within this many points of it (the `tolerance`'s span)
 
     @property
     def per_reference(self) -> float:
@@ -110,9 +113,10 @@ SPANS = ("window", "average", "centre", "rest", "span", "tolerance", "day", "wee
 # the value rules' mean and the extreme's gap: at 5-minute steps the seed's rolling mean and the point before.
 _SAMPLES = ("window", "centre", "span")
 _LEAST = 0.25
+_AROUND = 2  # more points about a time of day delay a dropped day's alert at hourly steps by more than a bucket
 _LIKELIHOOD = ("window", "average", "centre", "rest", "threshold", "floor")
-_KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "span", "quiet", "seasonal", "repeat", "day", "week",
-                                  "smooth", "gap"),
+_KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "miss", "span", "quiet", "seasonal", "repeat", "day",
+                                  "week", "smooth", "gap"),
          "likelihood": _LIKELIHOOD,
          "severity": ("rest",)}
 # The ensemble's likelihood pages at a tail of 10^-6.5: its other rules catch what a lower threshold did.
@@ -132,6 +136,9 @@ def _at(method: Method, step: float) -> Spans:
     # At steps near a day the daily rules still need a tolerance below the day and a week above it.
     values["week"] = max(values["week"], values["day"] + 1)
     values["tolerance"] = min(values["tolerance"], values["day"] - 1)
+    # The range of a time of day is estimated from _AROUND points either side at least (at hourly steps the
+    # tolerance's 3 values a day are a narrow range of a noisy hour), and within half a day.
+    values["around"] = min(max(values["tolerance"], _AROUND), (values["day"] - 1) // 2)
     return Spans(**values)
 
 
