@@ -76,7 +76,7 @@ def alerts(residuals: np.ndarray, critical: np.ndarray, store_std: float, method
     shared = Shared(values, method)
     # A new extreme the model predicted (a drift it learned) is not news. Before the residuals, none pages.
     missed = np.zeros(len(values), dtype=bool)
-    missed[len(values) - n:] = np.abs(residuals) > method.miss * store_std
+    missed[len(values) - n:] = np.abs(residuals) >= method.miss * store_std
     for name, fired in zip(VALUE_RULES, (extremes(values, method, shared) & missed, quiet_days(values, method, shared),
                                          seasonal(values, method, shared)), strict=True):
         fired = onsets(fired, method.rest)[len(values) - n:]

@@ -36,7 +36,7 @@ class Method:
     threshold: float = 0.35  # on the score: a tail probability of 10^-3.5 (Numenta's NAB threshold is 0.5, 1e-5)
     floor: float = 0.5       # the least std of the residual scores, in store stds: a flat stretch cannot shrink it
     extreme: float = 0.05    # ensemble: how far beyond the range of the `span` values before, in the week's range
-    miss: float = 1.0        # ensemble: how far off its prediction a new extreme is, at least, in store stds
+    miss: float = 1.0        # ensemble: how far off its prediction a new extreme is, at least, in store stds (0: off)
     span: float = 2 * DAY    # ensemble: the values a new extreme is judged against
     tolerance: float = HOUR  # ensemble: a likelihood trigger this near one a `day` before is a daily event
     quiet: float = 0.1       # ensemble: how far below the week's least daily range, in the week's range
@@ -122,6 +122,7 @@ _KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "miss", "span", "quiet
 # The ensemble's likelihood pages at a tail of 10^-6.5: its other rules catch what a lower threshold did.
 _DEFAULTS: dict[str, dict[str, Any]] = {ENSEMBLE: {"threshold": 0.65}}
 _UNIT = ("threshold", "repeat")  # a score and a correlation: at most 1
+_OFF = ("miss",)  # 0 turns it off: every new extreme pages, as before the model was asked
 
 
 @functools.lru_cache(maxsize=64)
@@ -173,9 +174,10 @@ def _value(name: str, key: str, value: str) -> float:
         number = float(value)
     except ValueError:
         number = math.nan
-    unit = key in _UNIT
-    if not (number > 0 and math.isfinite(number)) or (unit and number > 1):
-        raise ValueError(f"--alert {name}: {key} must be a number > 0{' and <= 1' if unit else ''}, not {value!r}")
+    unit, zero = key in _UNIT, key in _OFF
+    if not ((number >= 0 if zero else number > 0) and math.isfinite(number)) or (unit and number > 1):
+        raise ValueError(f"--alert {name}: {key} must be a number {'>=' if zero else '>'} 0"
+                         f"{' and <= 1' if unit else ''}, not {value!r}")
     return number
 
 

@@ -63,7 +63,7 @@ def test_spans_are_counted_at_each_step(step, counts):
                                   "likelihood:window=-1h",
                                   "likelihood:threshold=1.5", "likelihood:threshold=nan", "likelihood:bogus=1",
                                   "severity:window=3", "likelihood:rest", "likelihood:extreme=0.1",
-                                  "ensemble:week=0", "ensemble:quiet=-1", "ensemble:day=2016",
+                                  "ensemble:week=0", "ensemble:quiet=-1", "ensemble:miss=-1", "ensemble:day=2016",
                                   "ensemble:tolerance=288", "ensemble:repeat=1.5"])
 def test_bad_methods_say_what_is_accepted(text):
     with pytest.raises(ValueError, match="--alert"):
@@ -189,6 +189,8 @@ def test_a_new_extreme_alerts_once_at_its_first_point():
     predicted = noise(len(values), seed=9) * 0.01
     predicted[2500:2520] = 0.0
     assert extremes(values, ENSEMBLE)[2500] and "extreme" not in {RULES[r] for r in ensemble(values, predicted)[1]}
+    alert, rule = ensemble(values, predicted, parse("ensemble:miss=0").at(REFERENCE))  # miss=0: as before
+    assert alert.nonzero()[0].tolist() == [2500] and RULES[rule[2500]] == "extreme"
     assert extremes(values, ENSEMBLE)[2500:2520].sum() == 1  # once 1.5 is in the window it is not new
 
 
