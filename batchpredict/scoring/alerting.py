@@ -22,7 +22,8 @@ what a short-window LSTM's residual cannot (its prediction is close to the last 
               before, by `quiet` of the week's range (a metric that stopped doing what it does every day)
     seasonal: the value lies beyond the range of this time of day on every day of the week before, by
               `seasonal` of the week's range, in a series that repeats daily (over the week before, its
-              values correlate at least `repeat` with those a day before them): a job at a new hour
+              values correlate at least `repeat` with those a day before them): a job at a new hour;
+              at steps above 4 hours (a day of 5 points or fewer) there is no hour to be new to
 
 Each rule's triggers become onsets (no trigger of the same rule in the `rest` points before), and an alert is
 an onset with no onset of any rule in the `rest` points before it; `alert_source` names the rule.
@@ -124,6 +125,8 @@ def seasonal(values: np.ndarray, method: Spans, shared: Shared | None = None) ->
     """Values beyond the range of this time of day on every day of the week before them, by `seasonal` of the
     week's range, where the week correlates at least `repeat` with the day before it: in a series with a daily
     rhythm, a job at an hour it never ran. A bursty series (jobs at any hour) correlates too little to judge."""
+    if not method.hours:
+        return np.zeros(len(values), dtype=bool)
     shared = shared or Shared(values, method)
     top, bottom = shared.season
     width, _ = shared.week

@@ -85,6 +85,12 @@ class Spans:
     around: int  # the value rules' time of day: the values within this many points of it (the `tolerance`'s span)
 
     @property
+    def hours(self) -> bool:
+        """Whether a day holds more points than a time of day's range: at steps above 4 hours a few values a
+        week are no range to be new to, and the seasonal rule does not judge."""
+        return self.day > 2 * max(self.around, _AROUND) + 1
+
+    @property
     def per_reference(self) -> float:
         """Points in a reference step (5 minutes): the score is a tail probability per that much time."""
         return REFERENCE / self.step

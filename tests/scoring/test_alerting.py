@@ -249,6 +249,17 @@ def test_a_noisy_hour_is_judged_against_five_values_a_day():
     assert spans.around == 2 and fired[2] < fired[1] / 2, fired
 
 
+@pytest.mark.parametrize("step, judged", [(3600.0, True), (4 * 3600.0, True), (5 * 3600.0, False), (86400.0, False)])
+def test_the_seasonal_rule_judges_only_days_of_more_than_a_time_of_day(step, judged):
+    """At daily steps the time of day is the day itself: its range over a week is 7 values, which a noisy
+    series leaves by a fifth of the week's range every few days (a third to a half of a daily table's points paged)."""
+    spans = parse("ensemble").at(step)
+    rng = np.random.default_rng(2)
+    days = np.arange(300 * spans.day) / spans.day
+    values = 10 + 3 * np.sin(2 * np.pi * days) + np.cumsum(rng.normal(0, 1, len(days)))
+    assert spans.hours == judged and seasonal(values, spans).any() == judged
+
+
 def test_the_daily_correlation_is_the_weeks_with_the_day_before():
     values = daily(12) + np.linspace(0.0, 1e6, 12 * 288)  # a trend far from zero: the sums keep their digits
     day, week = ENSEMBLE.day, ENSEMBLE.week
