@@ -11,13 +11,14 @@ This is Numenta's anomaly likelihood (Ahmad et al. 2017) on the model's residual
 the short-term mean of the residual score against its long-window distribution: `--alert likelihood`.
 
 The default, `ensemble`, drops a likelihood trigger within `tolerance` points of one a `day` before (a
-job that spikes every night is not news), and adds three rules on the observed values themselves, which catch
-what a short-window LSTM's residual cannot (its prediction is close to the last value):
+job that spikes every night is not news), and adds three rules on the values themselves (predict passes their
+mean over `smooth`), which catch what a short-window LSTM's residual under-states (its prediction is close to the
+last value):
 
-    extreme:  the value lies beyond the range of the `span` values before it by `extreme` of the range of
-              the `week` before it, more than `miss` store stds off its prediction, and was not seen at this
-              time of day (the values within `around` points of it, a day, two days, ... a week before,
-              widened by the same margin) on two days
+    extreme:  the value lies beyond the range of the `span` values ending `gap` points before it by `extreme`
+              of the range of the `week` before it, more than `miss` store stds off its prediction, and was
+              not seen at this time of day (the values within `around` points of it, a day, two days, ... a
+              week before, widened by the same margin) on two days
     quiet:    the range of the last `day` values is below the least range of any `day` values in the `week`
               before, by `quiet` of the week's range (a metric that stopped doing what it does every day)
     seasonal: the value lies beyond the range of this time of day on every day of the week before, by
