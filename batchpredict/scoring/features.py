@@ -43,11 +43,12 @@ class Windows:
     def smoothed(self, count: int) -> np.ndarray:
         """Per point, the mean of the `count` values ending at it, filled as `observed` is where they hold a NaN
         or begin before the values: `observed` itself for the rolling mean's own count."""
-        means = self.means if count == self.rolling else _rolling_means(self.raw, count)
-        at = self.positions - count + 1
+        if count == self.rolling:
+            return self.observed
+        at = self.positions - count + 1  # where each point's mean begins; below 0 before the values
         own = np.full(len(at), np.nan)
-        inside = (at >= 0) & (at < len(means))
-        own[inside] = means[at[inside]]
+        inside = at >= 0
+        own[inside] = _rolling_means(self.raw, count)[at[inside]]
         return np.where(np.isnan(own), self.fills, own)
 
 
