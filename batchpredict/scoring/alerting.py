@@ -20,7 +20,8 @@ last value):
               not seen at this time of day (the values within `around` points of it, a day, two days, ... a
               week before, widened by the same margin) on two days
     quiet:    the range of the last `day` values is below the least range of any `day` values in the `week`
-              before, by `quiet` of the week's range (a metric that stopped doing what it does every day)
+              before, by `quiet` of the week's range, or is none where every one of those had some (a metric
+              that stopped doing what it does every day)
     seasonal: the value lies beyond the range of this time of day on every day of the week before, by
               `seasonal` of the week's range, in a series that repeats daily (over the week before, its
               values correlate at least `repeat` with those a day before them): a job at a new hour;
@@ -138,7 +139,8 @@ def seasonal(values: np.ndarray, method: Spans, shared: Shared | None = None) ->
 
 def quiet_days(values: np.ndarray, method: Spans, shared: Shared | None = None) -> np.ndarray:
     """Points whose last `day` values span less than any `day` values ending in the `week` before (and at
-    least a day before), by `quiet` of the week's range: a daily rhythm that stopped."""
+    least a day before), by `quiet` of the week's range, or not at all where each of those changed: a daily
+    rhythm that stopped."""
     shared = shared or Shared(values, method)
     day, others = method.day, method.week - method.day
     index = np.arange(len(values))
@@ -152,7 +154,9 @@ def quiet_days(values: np.ndarray, method: Spans, shared: Shared | None = None) 
     counted = seen[np.maximum(index - day + 1, 0)] - seen[np.maximum(index - method.week + 1, 0)]
     width, count = shared.week
     with np.errstate(invalid="ignore"):
-        below = days < least - method.quiet * width
+        # A day of one unchanging value after a week that changed every day is a stopped metric, however large
+        # a burst of that week made the margin.
+        below = (days < least - method.quiet * width) | ((days == 0) & (least > 0))
     return below & (counted >= max(1, others // 4)) & (count >= method.week // 4)
 
 

@@ -228,6 +228,20 @@ def test_a_daily_rhythm_that_stops_alerts_once_a_day_later():
     assert RULES[rule[onset]] == "quiet" and onset == last_job + ENSEMBLE.day  # the first day without a job
 
 
+def test_a_day_without_change_alerts_as_quiet_however_large_the_weeks_burst():
+    """A burst of 20 makes a tenth of the week's range (2) larger than every day's range (about 0.9), so no day
+    is quieter by the margin; a day of one value after a week that changed every day is quiet all the same."""
+    values = daily(14)
+    values[8 * 288 + 200:8 * 288 + 212] = 20.0
+    flat = 11 * 288 + 150  # after day 11's job
+    values[flat:] = 0.1
+    # Until that day is one of the week's before: then the week holds a day without change.
+    first = flat + ENSEMBLE.day - 1
+    assert quiet_days(values, ENSEMBLE).nonzero()[0].tolist() == list(range(first, first + ENSEMBLE.day))
+    alert, rule = ensemble(values)
+    assert (alert[flat:].nonzero()[0] + flat).tolist() == [first] and RULES[rule[first]] == "quiet"
+
+
 def test_a_job_at_a_new_hour_alerts_once_where_the_series_repeats_daily():
     values = daily(12)
     values[3080:3092] = 1.0  # day 10's second job, 100 points after its usual hour: as high as any job
