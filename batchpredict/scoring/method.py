@@ -39,7 +39,7 @@ class Method:
     miss: float = 1.0        # ensemble: how far off its prediction a new extreme is, at least, in store stds (0: off)
     span: float = 2 * DAY    # ensemble: the values a new extreme is judged against
     tolerance: float = HOUR  # ensemble: a likelihood trigger this near one a `day` before is a daily event
-    quiet: float = 0.1       # ensemble: how far below the week's least daily range, in the week's range
+    quiet: float = 0.2       # ensemble: how far below the week's least daily range, in the week's range
     seasonal: float = 0.2    # ensemble: how far beyond this time of day's range over the week, in the week's range
     repeat: float = 0.2      # ensemble: the least correlation with the day before for the seasonal rule to judge
     day: float = DAY         # ensemble: the values whose range is a day's

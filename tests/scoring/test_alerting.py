@@ -39,7 +39,7 @@ def test_the_default_and_its_parameters():
     assert HISTORY == 288 + 576 + 96
     ensemble = parse("ensemble")
     assert ensemble.spec() == ("ensemble:window=2d,average=15m,centre=1d,rest=8h,threshold=0.65,floor=0.5,"
-                               "tolerance=1h,extreme=0.05,miss=1,span=2d,quiet=0.1,seasonal=0.2,repeat=0.2,day=1d,week=7d,"
+                               "tolerance=1h,extreme=0.05,miss=1,span=2d,quiet=0.2,seasonal=0.2,repeat=0.2,day=1d,week=7d,"
                                "smooth=25m,gap=5m")
     assert parse(ensemble.spec()) == ensemble and Params().alert == "ensemble"
     five = ensemble.at(REFERENCE)
