@@ -3,7 +3,7 @@
 Per IP, over its scored points in time order, with history from the points before the first one:
 
     residual r ─► minus the mean of the `centre` r before it ─► a = |.| / store std
-      ─► z = (mean of the last `average` a − mean of the `window` a before) / max(their std, `floor`)
+      ─► z = (mean of the last `average` a − mean of the `window` a before) / (max(their std, `floor`) · widen)
       ─► score = −log10(Q(z) · points in 5 minutes) / 10, in [0, 1]   (Q: the normal tail; Numenta's likelihood)
       ─► trigger: score ≥ threshold  ─► alert: a trigger with no trigger in the `rest` points before it
 
@@ -37,7 +37,9 @@ against: the likelihood falls back to the seed's verdict (a trigger is a critica
 and its source says `severity`. The value rules need a quarter of their windows.
 
 The spans are durations (method.py), counted here in points of the series' step (`Spans`): the rules read the
-same time at every step, and the score's tail is per 5 minutes, so it ranks series of any step alike.
+same time at every step, and the score's tail is per 5 minutes, so it ranks series of any step alike. Above
+5-minute steps the short-term mean holds fewer scores than the 3 it holds at 5 minutes (one at 15 minutes and an
+hour), and `widen` (√(3 / its points)) keeps a trigger on noise as rare as at 5 minutes.
 """
 from __future__ import annotations
 
@@ -268,7 +270,7 @@ def likelihood_z(residuals: np.ndarray, store_std: float, method: Spans) -> tupl
     a = np.abs(residuals - np.where(taken > 0, centre, 0.0)) / unit
     mean, std, count = _stats_before(a, method.window)
     recent = _mean_ending(a, method.average)
-    spread = np.maximum(std, method.floor if store_std > 0 else 0.0)
+    spread = np.maximum(std, method.floor if store_std > 0 else 0.0) * method.widen
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(spread > 0, (recent - mean) / spread, np.where(recent > mean, np.inf, 0.0))
     return z, count >= max(2, method.window // 4)

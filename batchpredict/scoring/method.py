@@ -83,12 +83,20 @@ class Spans:
     smooth: int
     gap: int
     around: int  # the value rules' time of day: the values within this many points of it (the `tolerance`'s span)
+    reference_average: int  # the `average`'s points at the reference step (5 minutes)
 
     @property
     def hours(self) -> bool:
         """Whether a day holds more points than a time of day's range: at steps above 4 hours a few values a
         week are no range to be new to, and the seasonal rule does not judge."""
         return self.day > 2 * max(self.around, _AROUND) + 1
+
+    @property
+    def widen(self) -> float:
+        """The likelihood's spread over the residual scores' std: where the step leaves the short-term mean fewer
+        points than at 5 minutes, the square root of how many fewer, as a mean of fewer scores varies more. Finer
+        steps keep 1: their points are not independent (a mean of 15 minutes is no steadier for holding 15)."""
+        return math.sqrt(max(1.0, self.reference_average / self.average))
 
     @property
     def per_reference(self) -> float:
@@ -146,6 +154,7 @@ def _at(method: Method, step: float) -> Spans:
     # The range of a time of day is estimated from _AROUND points either side at least (at hourly steps the
     # tolerance's 3 values a day are a narrow range of a noisy hour), and within half a day.
     values["around"] = min(max(values["tolerance"], _AROUND), (values["day"] - 1) // 2)
+    values["reference_average"] = max(1, math.floor(method.average / REFERENCE + 0.5))
     return Spans(**values)
 
 
