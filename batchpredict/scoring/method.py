@@ -94,7 +94,7 @@ class Spans:
     @property
     def widen(self) -> float:
         """The likelihood's spread over the residual scores' std: where the step leaves the short-term mean fewer
-        points than at 5 minutes, the square root of how many fewer, as a mean of fewer scores varies more. Finer
+        points than at 5 minutes, the square root of how many times fewer, as a mean of fewer scores varies more. Finer
         steps keep 1: their points are not independent (a mean of 15 minutes is no steadier for holding 15)."""
         return math.sqrt(max(1.0, self.reference_average / self.average))
 
