@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 from nab_common import choose, host_rows, product, rates, recall_text, script, totals, train_once
 
+from batchpredict.commands.evaluation.labels import label_id
 from batchpredict.io.files import write_atomic
 from batchpredict.io.output import aligned
+from batchpredict.rules import RULES
 
 AWS = "realAWSCloudwatch"
 REAL = (AWS, "realKnownCause", "realTraffic", "realAdExchange")
@@ -121,6 +123,39 @@ def sweep_rows(category: Category) -> pd.DataFrame:
     return host_rows(category.out / "sweep-alert.csv").assign(setting="alert score", category=category.name)
 
 
+def rule_counts(category: Category) -> pd.DataFrame:
+    """Per rule (`alert_source`), the default alerts of store.csv's judged points (after train.csv's last
+    timestamp of each IP), as evaluate judges them: `hits` in one of the IP's windows, `false` outside them."""
+    points = pd.read_csv(category.path("store.csv"), usecols=["ip", "timestamp", "alert", "alert_source"],
+                         parse_dates=["timestamp"])
+    cut = pd.read_csv(category.path("train.csv"), usecols=["ip", "timestamp"],
+                      parse_dates=["timestamp"]).groupby("ip")["timestamp"].max()
+    alerts = points[(points["alert"].astype(str).str.lower() == "true")
+                    & (points["timestamp"] > points["ip"].map(cut))]
+    windows = {label_id(key): [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in spans]
+               for key, spans in json.loads(Path(category.path("labels.json")).read_text()).items()}
+    hit = [any(a <= t <= b for a, b in windows.get(ip, [])) for ip, t in zip(alerts["ip"], alerts["timestamp"])]
+    return (alerts.assign(hits=hit, false=[not h for h in hit]).groupby("alert_source")[["hits", "false"]].sum()
+            .reindex([r for r in RULES if r], fill_value=0).assign(category=category.name))
+
+
+def rule_lines(counts: pd.DataFrame, real: list[str]) -> list[list[str]]:
+    """RULE_COLUMNS: per category (the real ones pooled after them), each rule's alerts in a window / outside."""
+    ours = counts[counts["category"].isin(real)]
+    parts = [*(g for _, g in ours.groupby("category", sort=False)),
+             *([ours.assign(category=f"pooled ({len(real)} real)")] if len(real) > 1 else []),
+             *(g for _, g in counts[~counts["category"].isin(real)].groupby("category", sort=False))]
+    lines = []
+    for part in parts:
+        sums = part.groupby(level=0, sort=False)[["hits", "false"]].sum()
+        lines.append([part["category"].iloc[0], *(f"{h} / {f}" for h, f in zip(sums["hits"], sums["false"])),
+                      str(int(sums["false"].sum()))])
+    return lines
+
+
+RULE_COLUMNS = ["category", *(r for r in RULES if r), "false pages"]
+
+
 SUMMARY_COLUMNS = ["category", "hosts", "detector", "windows", "FA events/host-day", "FA points/host-day", "NAB",
                    "this run"]
 
@@ -197,7 +232,7 @@ def copies(rows: pd.DataFrame) -> list[list[str]]:
 
 
 def report(categories: list[Category], times: dict[str, str]) -> None:
-    """Print the summary, the leave-one-category-out check and the copies against their targets."""
+    """Print the summary, the leave-one-category-out check, each rule's alerts and the copies against their targets."""
     real = [c.name for c in categories if not c.step]
     rows = pd.concat([alert_rows(c) for c in categories], ignore_index=True)
     print(f"\nThe default alerts and the rolling z-score at {ALERT_BASELINE.replace(',', ' and ')}σ on each "
@@ -213,6 +248,9 @@ def report(categories: list[Category], times: dict[str, str]) -> None:
               f"pooled: the fewest false-alarm events per host-day at >= {LOCO_RECALL:.0%} event recall, else the "
               f"highest recall; judged on the one left out):\n")
         print(aligned(LOCO_COLUMNS, leave_one_out(sweeps)))
+    print("\nWhat raised the default alerts of the second halves, per rule: alerts in a window / outside any "
+          "(false pages):\n")
+    print(aligned(RULE_COLUMNS, rule_lines(pd.concat([rule_counts(c) for c in categories]), real)))
     if lines := copies(rows):
         print(f"\nrealAWSCloudwatch resampled, the default alerts beside its 5-minute figures (targets at "
               f"{' and '.join(TARGETS)}: windows within one of the 5-minute figure, false-alarm events per host-day "

@@ -26,7 +26,8 @@ Every step is a `batchpredict` command, printed before it runs:
    (scripts/nab_categories.py);
 7. per category, the real ones pooled, and the copies: the default alerts' windows, false-alarm events per
    host-day and NAB score beside the z-score's; a leave-one-category-out check of the alert score's
-   threshold over the real categories; the copies beside the 5-minute figures and their targets.
+   threshold over the real categories; each rule's alerts in a window and outside; the copies beside the
+   5-minute figures and their targets.
 
 Exit 2 when NAB's files are not there; a failing command stops the walkthrough with its exit code.
 """

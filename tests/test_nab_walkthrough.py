@@ -192,6 +192,27 @@ def alert_rows(table: dict[str, tuple[int, int, int, float]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def test_each_rules_alerts_are_counted_in_a_window_or_outside_on_the_judged_points_only(tmp_path):
+    c = categories.Category(AWS, tmp_path, tmp_path)
+    (tmp_path / "labels.json").write_text(json.dumps({f"{AWS}/a.csv": [["2014-01-02 00:00", "2014-01-02 06:00"]],
+                                                      f"{AWS}/b.csv": []}))
+    pd.DataFrame({"ip": ["a", "b"], "timestamp": ["2014-01-01 12:00"] * 2}).to_csv(c.path("train.csv"), index=False)
+    alerts = [("a", "2014-01-01 11:00", "extreme"),    # in the training half: not judged
+              ("a", "2014-01-02 00:00", "likelihood"), ("a", "2014-01-02 06:00", "extreme"),  # the window's ends
+              ("a", "2014-01-02 06:05", "extreme"), ("b", "2014-01-02 03:00", "quiet")]
+    rows = [(ip, t, "true", rule) for ip, t, rule in alerts] + [("a", "2014-01-02 01:00", "false", "ensemble")]
+    pd.DataFrame(rows, columns=["ip", "timestamp", "alert", "alert_source"]).to_csv(c.path("store.csv"), index=False)
+    counts = categories.rule_counts(c)
+    assert counts.loc[["likelihood", "extreme", "quiet", "seasonal"], ["hits", "false"]].values.tolist() == [
+        [1, 0], [1, 1], [0, 1], [0, 0]]
+    (line,) = categories.rule_lines(counts, [AWS])
+    assert line == [AWS, "1 / 0", "1 / 1", "0 / 1", "0 / 0", "0 / 0", "2"]
+    lines = categories.rule_lines(pd.concat([counts, counts.assign(category="realKnownCause"),
+                                             counts.assign(category=f"{AWS}-1h")]), [AWS, "realKnownCause"])
+    assert [line[0] for line in lines] == [AWS, "realKnownCause", "pooled (2 real)", f"{AWS}-1h"]
+    assert lines[2][1:] == ["2 / 0", "2 / 2", "0 / 2", "0 / 0", "0 / 0", "4"]
+
+
 def test_the_copies_are_held_to_one_window_and_1_5_times_the_5_minute_pages():
     # 5 minutes: 16/18 at 14 false pages in 100 host-days (0.14): the targets >= 15 windows, <= 0.21 a host-day.
     rows = alert_rows({AWS: (18, 16, 14, 100.0), f"{AWS}-15min": (18, 10, 50, 100.0),
@@ -262,9 +283,12 @@ def test_a_whole_walkthrough_reuses_the_stores_and_reports_every_category_never_
     table = summary.split("Leave-one-category-out")[0].splitlines()
     for name in names + ["pooled (2 real)"]:
         assert sum(line.startswith(name + " ") for line in table) == 3  # the alerts, the z-score at 4.5σ and 6σ
-    loco = summary.split("Leave-one-category-out check")[1].split("realAWSCloudwatch resampled")[0].splitlines()
+    loco = summary.split("Leave-one-category-out check")[1].split("What raised")[0].splitlines()
     assert [line.split()[0] for line in loco if line.startswith(("real", "pooled"))] == [AWS, "realKnownCause",
                                                                                       "pooled"]
+    ruled = summary.split("What raised")[1].split("realAWSCloudwatch resampled")[0].splitlines()
+    assert [line.split()[0] for line in ruled if line.startswith(("real", "pooled"))] == [
+        AWS, "realKnownCause", "pooled", *(f"{AWS}-{step}" for step in categories.STEPS)]
     copied = summary.split("realAWSCloudwatch resampled")[1].splitlines()
     assert [line.split()[0] for line in copied if line[:1].isdigit()] == list(categories.STEPS)
     assert "nab_walkthrough: done in" in done.stdout
