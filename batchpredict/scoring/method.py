@@ -141,10 +141,10 @@ _OFF = ("miss",)  # 0 turns it off: every new extreme pages, as before the model
 
 @functools.lru_cache(maxsize=64)
 def _at(method: Method, step: float) -> Spans:
-    def count(key: str) -> int:
+    def count(key: str, at: float = step) -> int:
         seconds = getattr(method, key)
         least = math.floor(seconds / REFERENCE * _LEAST + 0.5) if key in _SAMPLES else 1
-        return max(1, least, math.floor(seconds / step + 0.5))
+        return max(1, least, math.floor(seconds / at + 0.5))
 
     values: dict[str, Any] = {f.name: getattr(method, f.name) for f in fields(Method) if f.name not in SPANS}
     values.update({key: count(key) for key in SPANS}, step=step)
@@ -154,7 +154,7 @@ def _at(method: Method, step: float) -> Spans:
     # The range of a time of day is estimated from _AROUND points either side at least (at hourly steps the
     # tolerance's 3 values a day are a narrow range of a noisy hour), and within half a day.
     values["around"] = min(max(values["tolerance"], _AROUND), (values["day"] - 1) // 2)
-    values["reference_average"] = max(1, math.floor(method.average / REFERENCE + 0.5))
+    values["reference_average"] = count("average", REFERENCE)
     return Spans(**values)
 
 
