@@ -139,6 +139,9 @@ def rule_counts(category: Category) -> pd.DataFrame:
             .reindex([r for r in RULES if r], fill_value=0).assign(category=category.name))
 
 
+RULE_COLUMNS = ["category", *(r for r in RULES if r), "false pages"]
+
+
 def rule_lines(counts: pd.DataFrame, real: list[str]) -> list[list[str]]:
     """RULE_COLUMNS: per category (the real ones pooled after them), each rule's alerts in a window / outside."""
     ours = counts[counts["category"].isin(real)]
@@ -151,9 +154,6 @@ def rule_lines(counts: pd.DataFrame, real: list[str]) -> list[list[str]]:
         lines.append([part["category"].iloc[0], *(f"{h} / {f}" for h, f in zip(sums["hits"], sums["false"])),
                       str(int(sums["false"].sum()))])
     return lines
-
-
-RULE_COLUMNS = ["category", *(r for r in RULES if r), "false pages"]
 
 
 SUMMARY_COLUMNS = ["category", "hosts", "detector", "windows", "FA events/host-day", "FA points/host-day", "NAB",
