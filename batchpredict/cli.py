@@ -148,7 +148,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .commands.evaluation.evaluate import evaluate, format_table, verdict, write
+    from .commands.evaluation.evaluate import evaluate, format_raised, format_table, verdict, write
 
     sweep = opt.sweep_of(args.sweep, args.flags)
     done = evaluate(args.results, args.labels, args.thresholds, sweep, baseline=args.baseline, data=args.data,
@@ -156,6 +156,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if not sweep:
         print(format_table(done.metrics) + "\n")
     print(format_table(done.metrics, totals_only=True))
+    if done.raised is not None:
+        print("\n" + format_raised(done.raised))
     return _said(verdict(args.results, args.labels, write(done, args.out) if args.out else []))
 
 

@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 from nab_common import choose, host_rows, product, rates, recall_text, script, totals, train_once
 
-from batchpredict.commands.evaluation.labels import label_id
 from batchpredict.io.files import write_atomic
 from batchpredict.io.output import aligned
 from batchpredict.rules import RULES
@@ -124,19 +123,10 @@ def sweep_rows(category: Category) -> pd.DataFrame:
 
 
 def rule_counts(category: Category) -> pd.DataFrame:
-    """Per rule (`alert_source`), the default alerts of store.csv's judged points (after train.csv's last
-    timestamp of each IP), as evaluate judges them: `hits` in one of the IP's windows, `false` outside them."""
-    points = pd.read_csv(category.path("store.csv"), usecols=["ip", "timestamp", "alert", "alert_source"],
-                         parse_dates=["timestamp"])
-    cut = pd.read_csv(category.path("train.csv"), usecols=["ip", "timestamp"],
-                      parse_dates=["timestamp"]).groupby("ip")["timestamp"].max()
-    alerts = points[(points["alert"].astype(str).str.lower() == "true")
-                    & (points["timestamp"] > points["ip"].map(cut))]
-    windows = {label_id(key): [(pd.Timestamp(a), pd.Timestamp(b)) for a, b in spans]
-               for key, spans in json.loads(Path(category.path("labels.json")).read_text()).items()}
-    hit = [any(a <= t <= b for a, b in windows.get(ip, [])) for ip, t in zip(alerts["ip"], alerts["timestamp"])]
-    return (alerts.assign(hits=hit, false=[not h for h in hit]).groupby("alert_source")[["hits", "false"]].sum()
-            .reindex([r for r in RULES if r], fill_value=0).assign(category=category.name))
+    """Per rule (`alert_source`), the default alerts of the judged points as evaluate counted them in
+    eval-alert.json: `in_window` one of the IP's windows, `outside` every one."""
+    raised = json.loads(Path(category.path("eval-alert.json")).read_text())["raised"]
+    return pd.DataFrame(raised).set_index("alert_source").assign(category=category.name)
 
 
 RULE_COLUMNS = ["category", *(r for r in RULES if r), "false pages"]
@@ -150,9 +140,9 @@ def rule_lines(counts: pd.DataFrame, real: list[str]) -> list[list[str]]:
              *(g for _, g in counts[~counts["category"].isin(real)].groupby("category", sort=False))]
     lines = []
     for part in parts:
-        sums = part.groupby(level=0, sort=False)[["hits", "false"]].sum()
-        lines.append([part["category"].iloc[0], *(f"{h} / {f}" for h, f in zip(sums["hits"], sums["false"])),
-                      str(int(sums["false"].sum()))])
+        sums = part.groupby(level=0, sort=False)[["in_window", "outside"]].sum()
+        lines.append([part["category"].iloc[0], *(f"{h} / {f}" for h, f in zip(sums["in_window"], sums["outside"])),
+                      str(int(sums["outside"].sum()))])
     return lines
 
 

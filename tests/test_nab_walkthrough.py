@@ -192,18 +192,14 @@ def alert_rows(table: dict[str, tuple[int, int, int, float]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_each_rules_alerts_are_counted_in_a_window_or_outside_on_the_judged_points_only(tmp_path):
+def test_each_rules_alerts_are_evaluates_counts_in_a_window_or_outside_summed_per_category(tmp_path):
     c = categories.Category(AWS, tmp_path, tmp_path)
-    (tmp_path / "labels.json").write_text(json.dumps({f"{AWS}/a.csv": [["2014-01-02 00:00", "2014-01-02 06:00"]],
-                                                      f"{AWS}/b.csv": []}))
-    pd.DataFrame({"ip": ["a", "b"], "timestamp": ["2014-01-01 12:00"] * 2}).to_csv(c.path("train.csv"), index=False)
-    alerts = [("a", "2014-01-01 11:00", "extreme"),    # in the training half: not judged
-              ("a", "2014-01-02 00:00", "likelihood"), ("a", "2014-01-02 06:00", "extreme"),  # the window's ends
-              ("a", "2014-01-02 06:05", "extreme"), ("b", "2014-01-02 03:00", "quiet")]
-    rows = [(ip, t, "true", rule) for ip, t, rule in alerts] + [("a", "2014-01-02 01:00", "false", "ensemble")]
-    pd.DataFrame(rows, columns=["ip", "timestamp", "alert", "alert_source"]).to_csv(c.path("store.csv"), index=False)
+    raised = [{"alert_source": rule, "in_window": h, "outside": f}
+              for rule, h, f in [("likelihood", 1, 0), ("extreme", 1, 1), ("quiet", 0, 1), ("seasonal", 0, 0),
+                                 ("severity", 0, 0)]]
+    (tmp_path / "eval-alert.json").write_text(json.dumps({"metrics": [], "raised": raised}))
     counts = categories.rule_counts(c)
-    assert counts.loc[["likelihood", "extreme", "quiet", "seasonal"], ["hits", "false"]].values.tolist() == [
+    assert counts.loc[["likelihood", "extreme", "quiet", "seasonal"], ["in_window", "outside"]].values.tolist() == [
         [1, 0], [1, 1], [0, 1], [0, 0]]
     (line,) = categories.rule_lines(counts, [AWS])
     assert line == [AWS, "1 / 0", "1 / 1", "0 / 1", "0 / 0", "0 / 0", "2"]

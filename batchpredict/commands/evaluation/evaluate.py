@@ -15,7 +15,7 @@ from ...io.output import ALERT_COLUMNS, aligned, write_rows
 from ...io.table import Series, read_table
 from ...job import Params
 from ...result import Status
-from ...rules import REFERENCE, VALUE_RULES, parse_duration
+from ...rules import REFERENCE, RULES, VALUE_RULES, parse_duration
 from ...scoring.alerting import onsets, triggers
 from ...scoring.method import ENSEMBLE, median_gap, parse
 from ..report import read_results
@@ -23,7 +23,7 @@ from ..verdict import Verdict
 from . import BASELINES
 from .baseline import zscore_points
 from .labels import NAT, Labels, parse_times, read_labels
-from .measurement import METRICS, TOTAL, WINDOW_COLUMNS, flags, order_points, place, score
+from .measurement import METRICS, TOTAL, WINDOW_COLUMNS, Scored, flags, order_points, place, score
 from .nab import STANDARD
 
 log = logging.getLogger("batchpredict")
@@ -40,6 +40,7 @@ class Evaluation:
     warnings: list[str] = field(default_factory=list)
     sources: dict[str, str | None] = field(default_factory=dict)
     unmatched: dict[str, list[str]] = field(default_factory=dict)  # ids on one side only, in full
+    raised: pd.DataFrame | None = None    # RAISED_COLUMNS: --flags alert without a sweep, what raised its alerts
 
 
 def thresholds_of(sigmas: tuple[float, float], sweep: list[float] | None) -> list[tuple[float, str]]:
@@ -108,7 +109,21 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
         log.warning("evaluate: %s", line)
     return Evaluation(pd.concat(metrics, ignore_index=True), pd.concat(windows, ignore_index=True), warnings,
                       {"results": results, "labels": labels, **({"data": data} if baseline else {}),
-                       **({"after": after} if after else {})}, unmatched)
+                       **({"after": after} if after else {})}, unmatched,
+                      raised_by(detectors[MODEL]) if judged == ALERT and not sweep else None)
+
+
+RAISED_COLUMNS = ["alert_source", "in_window", "outside"]
+
+
+def raised_by(scored: Scored) -> pd.DataFrame:
+    """RAISED_COLUMNS: per rule (`alert_source`, every one of them), the alert column's alerts in one of their
+    IP's windows and outside every one (false pages): which rule to look at when the pages are too many."""
+    alert = scored.frame[ALERT].to_numpy(dtype=bool)
+    source = scored.frame["alert_source"].to_numpy(dtype=object)[alert]
+    inside = scored.window[alert] >= 0
+    return pd.DataFrame([[rule, int(((source == rule) & inside).sum()), int(((source == rule) & ~inside).sum())]
+                         for rule in RULES if rule], columns=RAISED_COLUMNS)
 
 
 def _swept(threshold: float) -> str:
@@ -226,6 +241,13 @@ def format_table(metrics: pd.DataFrame, totals_only: bool = False) -> str:
     return aligned(TABLE_COLUMNS, lines)
 
 
+def format_raised(raised: pd.DataFrame) -> str:
+    """What raised the alerts, as aligned text: a line per rule, and the total."""
+    lines = [[r.alert_source, str(r.in_window), str(r.outside)] for r in raised.itertuples()]
+    total = ["total", str(int(raised["in_window"].sum())), str(int(raised["outside"].sum()))]
+    return aligned(["raised by", "alerts in a window", "outside any (false pages)"], [*lines, total])
+
+
 def _threshold(value: float, level: str) -> str:
     if level == ALERT:
         return ALERT if math.isnan(value) else f"score {value:g}"
@@ -252,6 +274,7 @@ def write(evaluation: Evaluation, prefix: str) -> list[str]:
         **evaluation.unmatched,
         "metrics": _records(evaluation.metrics),
         "windows": _records(evaluation.windows),
+        **({"raised": _records(evaluation.raised)} if evaluation.raised is not None else {}),
     }
     write_atomic(prefix + ".json", json.dumps(document, indent=1, allow_nan=False) + "\n")
     return [prefix + ".csv", prefix + ".json"]

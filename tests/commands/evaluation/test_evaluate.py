@@ -11,7 +11,7 @@ import pytest
 from conftest import run_cli
 
 from batchpredict import Params
-from batchpredict.commands.evaluation.evaluate import evaluate, format_table
+from batchpredict.commands.evaluation.evaluate import RAISED_COLUMNS, evaluate, format_raised, format_table
 from batchpredict.commands.evaluation.measurement import TOTAL
 from batchpredict.errors import UsageError
 from batchpredict.io.output import columns, write_rows
@@ -317,6 +317,10 @@ def test_an_ensemble_sweep_keeps_the_alerts_of_its_value_rules(tmp_path):
     false_alarm = 0.11 * sig(3 / 3)
     raw = {0.5: sig(-3 / 4) / sig(-1) + false_alarm, 0.65: sig(-2 / 4) / sig(-1) + false_alarm}
     assert column.metrics.set_index("ip").loc["a", "nab_raw"] == pytest.approx(raw[0.5])
+    assert column.raised.set_index("alert_source").loc[["likelihood", "extreme", "quiet"]].values.tolist() == [
+        [1, 0], [0, 1], [0, 0]]
+    assert format_raised(column.raised).splitlines()[-1].split() == ["total", "1", "1"]
+    assert swept.raised is None  # a sweep judges scores, not the column the rules raised
     totals = swept.metrics[swept.metrics["ip"] == TOTAL].set_index("threshold")
     for threshold, expected in raw.items():
         assert totals.loc[threshold, "nab_raw"] == pytest.approx(expected)
@@ -359,4 +363,9 @@ def test_flags_alert_beside_the_baseline_and_without_an_alert_column(case, tmp_p
     assert totals[["detector", "level"]].values.tolist() == [["model", "alert"], ["zscore", "warning"],
                                                              ["zscore", "critical"]]
     assert totals["detected"].tolist() == [1, 1, 1] and totals["flagged_points"].iloc[0] == 1
-    assert done.stdout.splitlines()[-3].startswith("alert ")
+    printed = done.stdout.split("raised by")
+    assert printed[0].rstrip().splitlines()[-3].startswith("alert ")
+    assert printed[1].splitlines()[-1].split() == ["total", "1", "0"]  # point 4 is in a's window
+    raised = json.loads(Path(str(out) + ".json").read_text())["raised"]
+    assert list(raised[0]) == RAISED_COLUMNS
+    assert {r["alert_source"]: (r["in_window"], r["outside"]) for r in raised}["likelihood"] == (1, 0)
