@@ -109,15 +109,16 @@ def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, 
 
 
 def test_a_table_unreadable_past_its_first_chunk_exits_2_and_keeps_nothing(store, tmp_path):
-    """Jobs have run by the time the bad bytes are read: the run still ends as an unreadable table does."""
+    """Jobs have run by the time the quote never closed is read: the run still ends as an unreadable table
+    does."""
     path = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in BASE_IPS})
     with open(path, "ab") as fh:
         fh.writelines(f"10.8.{i // 256}.{i % 256},".encode() + b",".join([b"1"] * 40) + b"\n" for i in range(10_000))
-        fh.write(b"10.9.9.\xff," + b",".join([b"1"] * 40) + b"\n")
+        fh.write(b'10.9.9.9,"1,' + b",".join([b"1"] * 39) + b"\n")
     out = tmp_path / "o" / "a.csv"
     done = run_cli("predict", "--data", path, "--models", store, "--out", out)
     assert done.returncode == 2, done.stderr
-    assert f"cannot read table {path}: 'utf-8' codec can't decode byte 0xff" in done.stderr
+    assert f"cannot read table {path}: Error tokenizing data. C error: EOF inside string" in done.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["a.csv.lock"]  # no CSV, summary or journal
 
 

@@ -80,6 +80,7 @@ CASES: dict[str, tuple[Edit, str, str | None, tuple[int, str] | None]] = {
                                 "line {line}: 48 fields, the header has 49", None),
     "a quoted thousands separator": (fields(cell(10, '"1,234"')), "ok", None, (1, "1,234")),
     "a word": (fields(cell(20, "oops")), "ok", None, (1, "oops")),
+    "a byte that is not UTF-8": (fields(cell(12, "12\udcff")), "ok", None, (1, "12\ufffd")),
     "two words": (fields(cells(c5="n/a?", c7="12..5")), "ok", None, (2, "n/a?")),
     "a unit": (fields(cell(44, "512 MB")), "ok", None, (1, "512 MB")),
     "every usual missing mark": (fields(cells(c3="", c4="NA", c5="N/A", c6="NaN", c7="null", c8="-")), "ok", None,
@@ -105,7 +106,7 @@ def build(path: Path, lines: list[str], victims: dict[str, str], *, no_id_after:
         if ip == no_id_after:
             physical.append(NO_ID)
             at["no id"] = len(physical)
-    path.write_text("\n".join(physical) + "\n")
+    path.write_text("\n".join(physical) + "\n", errors="surrogateescape")  # \udcff: the byte 0xff
     return at
 
 

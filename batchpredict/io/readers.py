@@ -176,7 +176,11 @@ class CsvFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.header = [str(c) for c in read_text_csv(path, "table", nrows=0).columns]
+        # Bytes that are not UTF-8 in a data line cost that line's cell or IP (read as U+FFFD); in the header,
+        # the whole file is likely in another encoding.
+        self.header = [str(c) for c in read_text_csv(path, "table", nrows=0, encoding_errors="replace").columns]
+        if any("\ufffd" in label or "\x00" in label for label in self.header):
+            raise UsageError(f"cannot read table {path}: its header is not UTF-8 text (another encoding, UTF-16?)")
         # A first data line longer than the header sets how many fields the parser takes (index_col=False keeps
         # it from reading the extra ones as the index): it and every line up to that long are rows, truncated.
         with _readable(path, "table", _CSV_ERRORS):
@@ -259,7 +263,7 @@ class CsvFile:
         types: dict[str, Any] = {**dict.fromkeys(self.header, object), **dict.fromkeys(numbers, np.float64)}
         with _readable(self.path, "table", _CSV_ERRORS), pd.read_csv(
                 self.path, dtype=types, na_values=dict.fromkeys(numbers, MISSING), chunksize=CHUNK_ROWS,
-                index_col=False, on_bad_lines="warn", **_TEXT) as reader:
+                index_col=False, on_bad_lines="warn", encoding_errors="replace", **_TEXT) as reader:
             last = pd.DataFrame({name: pd.Series(dtype=object) for name in self.header})
             while True:
                 with warnings.catch_warnings(record=True) as caught:

@@ -123,11 +123,16 @@ def test_a_file_that_cannot_be_opened_is_a_usage_error_naming_it(tmp_path, name,
         open_table_file(str(tmp_path / name))
 
 
-def test_a_csv_that_cannot_be_decoded_is_a_usage_error_as_it_is_read(tmp_path):
-    (tmp_path / "latin.csv").write_bytes(b"ip,a\nx,\xff\xfe\n")
-    chunks = CsvFile(str(tmp_path / "latin.csv")).wide_chunks()
-    with pytest.raises(UsageError, match=r"^cannot read table .*latin\.csv: 'utf-8' codec can't decode"):
-        list(chunks)
+def test_bytes_that_are_not_utf8_cost_their_cell_or_id_in_a_data_line_and_the_file_in_the_header(tmp_path):
+    (tmp_path / "latin.csv").write_bytes(b"ip,a,b\nx,\xff\xfe,1\ny\xe9,2,3\nz,4,5\n")
+    (ids, block, notes), = CsvFile(str(tmp_path / "latin.csv")).wide_chunks()
+    assert ids == ["x", "y\ufffd", "z"] and block[:, 1].tolist() == [1, 3, 5] and np.isnan(block[0, 0])
+    assert notes.unreadable == {0: (1, 0, "\ufffd\ufffd")}
+    for name, content in (("head.csv", b"ip,caf\xe9\nx,1\n"), ("utf16.csv", "ip,a\nx,1\n".encode("utf-16")),
+                          ("utf16le.csv", "ip,a\nx,1\n".encode("utf-16-le"))):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(UsageError, match=rf"^cannot read table .*{name}: its header is not UTF-8 text"):
+            CsvFile(str(tmp_path / name))
 
 
 def test_read_text_csv_keeps_every_cell_as_written_past_leading_spaces(tmp_path):
