@@ -178,7 +178,11 @@ class CsvFile:
         self.path = path
         # Bytes that are not UTF-8 in a data line cost that line's cell or IP (read as U+FFFD); in the header,
         # the whole file is likely in another encoding.
-        self.header = [str(c) for c in read_text_csv(path, "table", nrows=0, encoding_errors="replace").columns]
+        # The header's labels as written: pandas' own names would rename a repeated label (`x.1`) or an empty one
+        # (`Unnamed: 3`), so the parser is given positions as names instead.
+        first = read_text_csv(path, "table", header=None, nrows=1, encoding_errors="replace")
+        self.header = [str(c) for c in first.iloc[0].tolist()] if len(first) else []
+        self.names = [str(i) for i in range(len(self.header))]  # the parser's column names
         if any("\ufffd" in label or "\x00" in label for label in self.header):
             raise UsageError(f"cannot read table {path}: its header is not UTF-8 text (another encoding, UTF-16?)")
         # A first data line longer than the header sets how many fields the parser takes (index_col=False keeps
@@ -206,7 +210,7 @@ class CsvFile:
             notes = Notes(unreadable=unreadable_cells(cells, block), padded=bool(np.isnan(block[:, -1:]).any()))
             return frame.iloc[:, 0].tolist(), block, notes
 
-        return self._chunks(self.header[1:], fast, exact)
+        return self._chunks(self.names[1:], fast, exact)
 
     def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray, Notes]]:
         """(IP codes, timestamp codes, float values, notes) for each chunk of rows; see LongPoints."""
@@ -220,7 +224,7 @@ class CsvFile:
             values = float_values(cells)
             return chunk(frame, values, Notes(unreadable=unreadable_cells(cells, values)))
 
-        return self._chunks(self.header[2:3], lambda f: chunk(f, f.iloc[:, 2].to_numpy(dtype=float), Notes()), exact)
+        return self._chunks(self.names[2:3], lambda f: chunk(f, f.iloc[:, 2].to_numpy(dtype=float), Notes()), exact)
 
     def cells(self, column: int, rows: np.ndarray) -> list:
         """The text of one column at the given rows (sorted), read again from the file."""
@@ -260,11 +264,12 @@ class CsvFile:
 
     def _frames(self, numbers: list[str] | tuple[()]) -> Iterator[tuple[pd.DataFrame, bool]]:
         """Each chunk of rows, and whether the parser left out a line (one with more than `limit` fields)."""
-        types: dict[str, Any] = {**dict.fromkeys(self.header, object), **dict.fromkeys(numbers, np.float64)}
+        types: dict[str, Any] = {**dict.fromkeys(self.names, object), **dict.fromkeys(numbers, np.float64)}
         with _readable(self.path, "table", _CSV_ERRORS), pd.read_csv(
                 self.path, dtype=types, na_values=dict.fromkeys(numbers, MISSING), chunksize=CHUNK_ROWS,
-                index_col=False, on_bad_lines="warn", encoding_errors="replace", **_TEXT) as reader:
-            last = pd.DataFrame({name: pd.Series(dtype=object) for name in self.header})
+                index_col=False, on_bad_lines="warn", encoding_errors="replace", header=0, names=self.names,
+                **_TEXT) as reader:
+            last = pd.DataFrame({name: pd.Series(dtype=object) for name in self.names})
             while True:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", pd.errors.ParserWarning)
@@ -308,7 +313,7 @@ class _Beside:
         with _readable(self.file.path, "table", _CSV_ERRORS):
             rest = self.lines.rest()
         if rest:
-            chunk = make(pd.DataFrame({name: pd.Series(dtype=object) for name in self.file.header}))
+            chunk = make(pd.DataFrame({name: pd.Series(dtype=object) for name in self.file.names}))
             notes: Notes = chunk[-1]
             notes.start, notes.lines, notes.absent = self.rows, np.zeros(0, dtype=np.int64), [(0, b) for b in rest]
             yield chunk

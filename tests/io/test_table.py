@@ -24,6 +24,13 @@ def test_wide_keeps_order_labels_and_turns_junk_into_nan(tmp_path):
     assert np.isnan(table[0].values[1]) and np.isnan(table[1].values[1])
 
 
+def test_wide_labels_are_as_written_when_repeated_empty_or_quoted(tmp_path):
+    """pandas would name them `b.1`, `Unnamed: 4` and `b.2`; the output keeps each label as written."""
+    table = read_table(write(tmp_path, 'ip,b,b,c,,"b"\n10.0.0.1,1,2,3,4,5\n'))
+    assert table[0].labels == ["b", "b", "c", "", "b"]
+    assert table[0].values.tolist() == [1, 2, 3, 4, 5]
+
+
 def test_wide_duplicate_ip_is_one_problem_row(tmp_path):
     table = read_table(write(tmp_path, "ip,a\nx,1\ny,2\nx,3\n"))
     assert [s.ip for s in table] == ["x", "y"]
