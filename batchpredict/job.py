@@ -87,6 +87,7 @@ class Job:
     # params.std and params.alert as the coordinator parsed them, once for the run (predict.check_params).
     std_mode: tuple[str, int]
     method: Any  # a scoring.method.Method (a type of the layer above); None where the job gives no alerts
+    kept: Any = None  # with --history, --alert's Method even where the job gives no alerts: the values it keeps
     step: float = REFERENCE  # seconds between the series' points, which the method's spans are counted in
 
     def start(self) -> int:

@@ -48,8 +48,9 @@ class Parsed(NamedTuple):
     """--std, --alert and --step as check_params parses them, once for every job of the run."""
 
     std_mode: tuple[str, int]
-    method: Method | None
+    method: Method | None  # None where the run gives no alerts
     step: float | None  # seconds; None: each series' own (method.step_of)
+    kept: Method | None = None  # --alert's, alerting or not: what a --history file keeps values for
 
 
 def check_params(params: Params) -> Parsed:
@@ -70,7 +71,7 @@ def check_params(params: Params) -> Parsed:
     low, high = params.sigmas
     if not (0 < low < high) or not math.isfinite(high):
         raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
-    return Parsed(std, method if params.alerting else None, step)
+    return Parsed(std, method if params.alerting else None, step, method)
 
 
 LOGGED = 20  # IPs with unreadable cells, and lines without an IP, logged one by one; the rest are counted
@@ -126,7 +127,9 @@ class Plan:
                  history: str | None = None, strict_input: bool = False) -> None:
         if engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-        self.std_mode, self.method, self.step = parsed or check_params(params)  # for every job: parsed once
+        self.std_mode, self.method, self.step, kept = parsed or check_params(params)  # for every job: parsed once
+        # A night without alerts (--points 1) still leaves the next night's alerts the history they read.
+        self.kept = kept if history else None
         self._steps: tuple[list[str] | None, float] = (None, REFERENCE)  # the last labels seen, and their step
         self.table, self.store, self.params, self.engine, self.rows = table, store, params, engine, rows
         self.trust, self.allow_unsealed, self.history = trust, allow_unsealed, history  # RunOptions', for every job
@@ -216,12 +219,12 @@ class Plan:
         return Job(ip=series.ip, labels=series.labels, values=series.values.tolist(), store=self.store.root,
                    model=found.model, scaler=found.scaler, std=found.std, params=self.params, engine=self.engine,
                    pool=pool, first=self.first(series), trust=self.trust, sealed=sealed, std_mode=self.std_mode,
-                   method=self.method, history=self.history, step=self._step_of(series))
+                   method=self.method, kept=self.kept, history=self.history, step=self._step_of(series))
 
     def _step_of(self, series: Series) -> float:
         """The series' step for the alerting stage's spans: --step, else its labels' median spacing, found once
         for the labels every IP of a wide table shares. Labels that are not times take REFERENCE, said once."""
-        if self.method is None or self.step is not None:
+        if (self.method or self.kept) is None or self.step is not None:
             return self.step or REFERENCE
         labels, step = self._steps
         if series.labels is not labels:

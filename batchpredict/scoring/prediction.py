@@ -96,8 +96,11 @@ def _score(job: Job, result: Result) -> None:
         alert, score, judged, rule = (a[keep] for a in alerting.alerts(residuals, severity == 2, job.std, method,
                                                                          observed=ruled))
     if job.history:
+        # What the next night's alerts read, though tonight gives none (--points 1).
+        rules = method or (job.kept.at(job.step) if job.kept else None)
+        before = max(reach, rules.value_history() if rules else 0)
         result.outage = _leave(job, job.history, joined, predicted=predicted, current=current,
-                               keep=reach + max(window + params.rolling, method.smooth if method else 0)
+                               keep=before + max(window + params.rolling, rules.smooth if rules else 0)
                                + len(observed[keep]))
     result.points = Points(joined.timestamps(positions[keep]), observed[keep], predicted[keep], stds[keep],
                            lower=lowers[:, keep], upper=uppers[:, keep], anomaly=anomaly[keep],

@@ -276,14 +276,16 @@ def test_five_nights_from_the_history_equal_one_run_over_the_whole_table(example
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("first", "points", "engine", "alert"), [
-    (440, 37, "auto", ALERT), (440, 70, "auto", ALERT), (440, 37, "keras", ALERT), (2, 37, "auto", ALERT + ",smooth=3w")])
+    (440, 37, "auto", ALERT), (440, 70, "auto", ALERT), (440, 37, "keras", ALERT), (2, 37, "auto", ALERT + ",smooth=3w"),
+    (1, 37, "auto", ALERT + ",smooth=3w")])
 def test_a_night_of_any_length_gives_the_bits_of_one_run(example, tmp_path, first, points, engine, alert):
     """With --std rolling:400 a run over the whole table predicts 400 windows before tonight's, tonight's at other
     places of a wider batch than a night from its history puts them: each is predicted in its own place of its
     own block (engine/products.py), or BLAS rounds it otherwise (this failed on an AVX-512 OpenBLAS with
     batches padded alone). TensorFlow (--engine keras) is called a block at a time. The value rules' mean over
     3 weeks (504 buckets) reaches further back than --window + --rolling and the 400 residuals: the history keeps
-    that much, even after a night that wrote two points."""
+    that much, even after a night that wrote two points, and after a night of one point, which gives no alerts:
+    the history keeps what --alert's rules need all the same."""
     labels, folder, end = list(example.columns[1:]), tmp_path / "history", 600 + points
     settings = ["--std", "rolling:400", "--alert", alert, *SETTINGS[4:], "--engine", engine]
 
