@@ -2,7 +2,8 @@
 
 Nothing is predicted. Each model and scaler is described and loaded in its own worker process
 (the executor's), so a file that crashes or hangs its loader is reported like any other problem.
-Each row says which engine and which worker pool `predict` would give the IP, and why. With
+Each row says which engine and which worker pool `predict` would give the IP, and why; the check
+runs where predict's job would start (a lean worker sends what it cannot load on to TensorFlow's). With
 `--verify` the worker also runs both engines on a few random windows and reports how far apart
 they are: how a user proves the numpy engine on their own store.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ from ..io.store import Store
 from ..job import RunOptions
 from ..result import Outcome, Status
 from ..runtime.backend import make_executor
-from ..scoring import scalers
+from ..runtime.forkserver import pool_for
+from ..scoring import prediction, scalers
 from ..scoring.loading import LoadedModel, describe, load_model, load_scaler
 from ..status import listed, tally
 from .verdict import Verdict
@@ -61,11 +63,14 @@ class CheckTask:
     trust: bool = False  # RunOptions.trust_store: joblib reads the scaler, Keras loads Lambda layers
     sealed: dict | None = None  # the IP's manifest.json entry
     std: float | None = None
-    # A check loads what the lean pool cannot, and --verify runs Keras: in the TensorFlow pool where it exists.
-    pool: str = field(default_factory=lambda: "full" if extras.installed() else "lean")
+    pool: str = "lean"  # as predict starts the IP's job (pool_for); check_store sends --verify to TensorFlow's
 
     def failed(self, status: Status, error: str) -> CheckResult:
         return CheckResult(ip=self.ip, status=status, error=error, model=self.model, problems=[error])
+
+    def rerouted(self, reason: str) -> CheckTask:
+        """The task for the TensorFlow pool, after a lean worker found it could not load what it checks."""
+        return replace(self, pool="full")
 
 
 def inspect_artefacts(task: CheckTask) -> CheckResult:
@@ -74,6 +79,8 @@ def inspect_artefacts(task: CheckTask) -> CheckResult:
     for step in (_inspect_seal, _inspect_scaler, _inspect_model):  # the scaler's reason for the TF pool comes first
         try:
             step(task, result)
+        except Unsupported as exc:  # only in a lean worker, where TensorFlow is installed: its pool checks it
+            return CheckResult(ip=task.ip, model=task.model, reroute=f"{task.ip}: {exc}")
         except JobError as exc:
             result.problems.append(str(exc))
         except Exception as exc:  # noqa: BLE001 - the report says what went wrong; other IPs go on
@@ -93,8 +100,10 @@ def _inspect_model(task: CheckTask, result: CheckResult) -> None:
     fmt = describe(path)
     result.format, result.keras_version, result.runtime = fmt.kind, fmt.keras_version, fmt.runtime
     try:
-        loaded = load_model(path, task.engine, lean=not extras.installed(), trust=task.trust)
-    except Unsupported as exc:  # only without TensorFlow
+        loaded = load_model(path, task.engine, lean=prediction.LEAN or not extras.installed(), trust=task.trust)
+    except Unsupported as exc:
+        if extras.installed():
+            raise
         result.pool = "tensorflow (not installed)"
         raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(f"{task.model}: {exc}")) from None
     result.timesteps = "variable" if loaded.window is None else str(loaded.window)
@@ -130,10 +139,12 @@ def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
     if not task.trust:
         result.scaler = scalers.read_untrusted(path).kind
         return
-    if not extras.installed():  # joblib is not there to read it: the lean reader is all there is
+    if prediction.LEAN or not extras.installed():  # joblib is not there to read it: the lean reader is all there is
         try:
             result.scaler = scalers.read_scaler(path).kind
         except Unsupported as exc:
+            if extras.installed():
+                raise
             result.pool = "tensorflow (not installed)"
             raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(str(exc))) from None
         return
@@ -158,6 +169,8 @@ def check_store(models: str, options: RunOptions | None = None, verify: bool = F
         rows[ip], task = _plan(store, ip)
         if task:
             task.engine, task.verify, task.window, task.trust = options.engine, verify, window, options.trust_store
+            # A lean worker checks what predict's would run; one that cannot load a file sends it on.
+            task.pool = "full" if verify else pool_for(task.model, options.engine)
             tasks.append(task)
     for outcome in make_executor(options).run(inspect_artefacts, tasks):
         planned = rows[outcome.ip]

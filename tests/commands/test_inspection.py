@@ -1,6 +1,9 @@
 """`batchpredict store check` on a mixed store: every format, and every way an IP can be unusable."""
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import joblib
 import pytest
@@ -8,6 +11,8 @@ from conftest import BROKEN, FORMATS, run_cli
 
 from batchpredict import RunOptions
 from batchpredict.commands.inspection import COLUMNS, check_store
+
+REPO = Path(__file__).resolve().parents[2]
 
 # ip -> (status, format, keras major, runtime, timesteps, problem fragment)
 EXPECTED = {
@@ -82,6 +87,15 @@ def test_store_check_says_which_engine_and_pool_each_ip_gets(mixed_store):
     assert rows["10.4.0.2"].engine == "keras (numpy engine: layer Lambda 'lambda' is not supported by the numpy engine)"
     assert rows["10.4.0.5"].engine.startswith("keras (numpy engine: a SavedModel directory")
     assert rows["10.4.0.5"].pool == "tensorflow (keras engine)"
+
+
+def test_a_store_of_files_the_numpy_engine_reads_is_checked_without_tensorflow():
+    """As predict runs it: lean workers only, the TensorFlow forkserver never started (seconds saved)."""
+    code = ("from batchpredict.commands.inspection import check_store; from batchpredict.runtime import forkserver; "
+            "rows = check_store('models'); print(len(rows), {r.status.value for r in rows}, sorted(forkserver._servers))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["32", "{'ok'}", "['lean']"]
 
 
 @pytest.fixture
