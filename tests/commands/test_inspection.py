@@ -108,6 +108,7 @@ def usable_store(formats_store, tmp_path):
     return store
 
 
+@pytest.mark.slow
 def test_verify_runs_both_engines_and_enforces_the_tolerance(usable_store):
     # float32 arithmetic in two implementations never agrees to 1e-12, and always to 1e-5
     done = run_cli("store", "check", "--models", usable_store, "--verify", "--tolerance", "1e-12", "--trust-store")
@@ -121,6 +122,7 @@ def test_verify_runs_both_engines_and_enforces_the_tolerance(usable_store):
     assert "3 over 1e-12: 10.4.0.1, 10.4.0.3, 10.4.0.8" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_an_untrusted_store_check_names_what_a_trusted_run_would_need(usable_store):
     """Without --trust-store the Lambda model is a load_error that says how to allow it, a scaler that
     would run code is one naming its global, nothing runs, and the last line counts them."""

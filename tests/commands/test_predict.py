@@ -75,6 +75,7 @@ def test_custom_sigmas_name_the_columns(store, table):
     assert "upper_3std" in frame.columns and "lower_5std" in frame.columns
 
 
+@pytest.mark.slow
 def test_a_worker_reusing_one_architecture_predicts_as_fresh_workers_do(tmp_path):
     from conftest import build_models, fitted_scaler, write_scaler, write_stds
 

@@ -148,6 +148,7 @@ def test_exit_reasons_name_the_cause(code, fragment):
     assert fragment in exit_reason(code)
 
 
+@pytest.mark.slow
 def test_no_worker_outlives_a_killed_coordinator(store, table, tmp_path):
     poison_scaler(store, "hang")
     import subprocess
