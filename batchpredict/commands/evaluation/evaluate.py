@@ -69,8 +69,8 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
     except ValueError as exc:
         raise UsageError(f"--step: {exc}") from None
     frame, made_with = read_results(results)
-    if judged == ALERT and ALERT not in frame:
-        raise UsageError(f"{results} has no alert column: predict with --points N or --since, and --alert on")
+    if judged == ALERT:
+        _has_alerts(frame, results)
     chosen = thresholds_of(sigmas or made_with, None if judged == ALERT else sweep)
     warnings: list[str] = []
     points = _scored_rows(frame, results, warnings, judged == ALERT)
@@ -173,6 +173,13 @@ def _steps(points: pd.DataFrame, times: np.ndarray, step: float | None) -> np.nd
         end = int(np.searchsorted(first, start, side="right"))
         steps[start:end] = median_gap(times[start:end]) / 1e9 or REFERENCE
     return steps
+
+
+def _has_alerts(frame: pd.DataFrame, path: str) -> None:
+    if ALERT not in frame:
+        raise UsageError(f"{path} has no alert column: predict with --points N or --since, and --alert on")
+    if lost := [c for c in ALERT_COLUMNS if c not in frame]:
+        raise UsageError(f"{path} has an alert column but not {', '.join(lost)}: predict it again")
 
 
 def _scored_rows(frame: pd.DataFrame, path: str, warnings: list[str], alert: bool = False) -> pd.DataFrame:

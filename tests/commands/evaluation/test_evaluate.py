@@ -349,6 +349,10 @@ def test_flags_alert_beside_the_baseline_and_without_an_alert_column(case, tmp_p
     results, labels = case
     with pytest.raises(UsageError, match="no alert column"):
         evaluate(str(results), str(labels), judged="alert")
+    alerts = alert_results(tmp_path / "r.csv", {"a": ([4], [0.0] * 12)})
+    pd.read_csv(alerts, dtype=str).drop(columns="alert_source").to_csv(tmp_path / "cut.csv", index=False)
+    with pytest.raises(UsageError, match="has an alert column but not alert_source: predict it again"):
+        evaluate(str(tmp_path / "cut.csv"), str(labels), judged="alert")
     noise = np.random.default_rng(5).normal(0, 0.1, 40)
     table = tmp_path / "t.csv"  # the points the results scored, with 28 before them, a jump at point 4
     table.write_text("ip,timestamp,value\n" + "".join(
