@@ -114,7 +114,8 @@ def _csv_pairs(path: str) -> dict[str, tuple[list[str], list]]:
     names = [c.strip().lower() for c in frame.columns]
     if tuple(names) != CSV_COLUMNS:
         raise UsageError(f"labels {path}: a CSV needs exactly the columns ip,start,end (or is NAB JSON), "
-                         f"not {','.join(frame.columns)}")
+                         f"not {','.join(frame.columns[:4])}{',...' if len(frame.columns) > 4 else ''} "
+                         f"({len(frame.columns)} columns)")
     frame.columns = list(CSV_COLUMNS)
     pairs: dict[str, tuple[list[str], list]] = {}
     for ip, group in frame.groupby(frame["ip"].str.strip(), sort=False):

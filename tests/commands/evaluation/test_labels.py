@@ -45,6 +45,7 @@ def test_times_compare_alike_whatever_their_format():
     ("{not json", "is not valid JSON"),
     ('["a", "b"]', "needs exactly the columns ip,start,end"),  # not an object: read as CSV, which it is not
     ("ip,begin,end\na,2014-01-01,2014-01-02\n", "needs exactly the columns ip,start,end"),
+    ("ip," + ",".join(f"t{i}" for i in range(48)) + "\n", "not ip,t0,t1,t2,... (49 columns)"),  # a stats table
     ("", "cannot read labels"),
     ('{"a": [["2014-01-02", "2014-01-01"]], "b": [["x", "2014-01-01"]]}', "no usable label windows"),
     ('{"a": 3}', "window 1 is 3, not [start, end]"),
