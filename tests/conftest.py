@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -234,14 +235,15 @@ def every_status_run(base_store: Path, tmp_path_factory: pytest.TempPathFactory)
     data["../etc/passwd"] = series_for("x")
     table = wide_table(tmp / "stats.csv", data)
     out, metrics = tmp / "out" / "anomalies.csv", tmp / "out" / "batchpredict.prom"
+    started = time.time()
     done = run_cli("predict", "--data", table, "--models", store, "--out", out, "--metrics-file", metrics,
-                   "--trust-store", "--timeout", "6", "--max-worker-memory", "1GiB", "--progress-interval", "0.5")
+                   "--trust-store", "--timeout", "10", "--max-worker-memory", "1GiB", "--progress-interval", "0.5")
     assert done.returncode == 1, done.stderr
     expected = {hang: "timeout", crash: "crashed", hog: "memory_exceeded", broken: "load_error", wrong: "error",
                 short: "insufficient_data", "192.0.2.99": "no_model", "../etc/passwd": "invalid_input",
                 warning: "ok", critical: "ok"}
     return SimpleNamespace(table=table, store=store, out=out, metrics=metrics, stderr=done.stderr,
-                           expected=expected, warning=warning, critical=critical)
+                           expected=expected, warning=warning, critical=critical, span=(started, time.time()))
 
 
 def expected_row(values, weights, bias, scaler, std, rolling=5, window=20):

@@ -96,12 +96,12 @@ def test_model_returning_nan_is_error(tmp_path):
 @pytest.mark.parametrize("action, status, fragment", [
     ("sigsegv", Status.CRASHED, "SIGSEGV"),
     ("exit0", Status.CRASHED, "exited with code 0"),
-    pytest.param("hang", Status.TIMEOUT, "within 2 s", marks=SLOW),
+    pytest.param("hang", Status.TIMEOUT, "within 4 s", marks=SLOW),
     pytest.param("hog", Status.MEMORY_EXCEEDED, "over the cap", marks=SLOW),
 ])
 def test_lean_workers_fail_as_tensorflow_workers_do(action, status, fragment):
     tasks = [Task("a", pool="lean"), Task("b", action, pool="lean"), Task("c", pool="lean")]
-    results = list(LocalExecutor(workers=2, timeout=2, max_memory_mib=300).run(handler, tasks))
+    results = list(LocalExecutor(workers=2, timeout=4, max_memory_mib=300).run(handler, tasks))
     by_ip = {r.ip: r for r in results}
     assert len(results) == 3 and by_ip["a"].error == by_ip["c"].error == "lean=True"
     assert by_ip["b"].status is status and fragment in by_ip["b"].error, by_ip["b"].error
@@ -207,7 +207,7 @@ def test_ten_percent_poisoned_store_completes_with_every_row(tmp_path):
     write_stds(store, {ip: 2.0 for ip in ips})
     table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})
     done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--trust-store",
-                   "--timeout", "5", "--max-worker-memory", "1.2GiB", timeout=540)
+                   "--timeout", "10", "--max-worker-memory", "1.2GiB", timeout=540)
     assert done.returncode == 1, done.stderr
     frame = read_out(tmp_path / "a.csv").set_index("ip")
     assert list(frame.index) == ips

@@ -105,7 +105,7 @@ def comparable(frame: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.timeout(400)
 def test_ray_csv_equals_local_on_every_status(store, tmp_path):
     table = mixed_store(store, tmp_path)
-    limits = ["--timeout", "4", "--max-worker-memory", "1GiB", "--points", "3",  # results of several rows
+    limits = ["--timeout", "10", "--max-worker-memory", "1GiB", "--points", "3",  # results of several rows
               "--trust-store"]  # the poisons are pickles
     local = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "local.csv", *limits)
     ray = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "ray.csv", *limits,
