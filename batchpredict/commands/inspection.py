@@ -79,8 +79,11 @@ def inspect_artefacts(task: CheckTask) -> CheckResult:
     for step in (_inspect_seal, _inspect_scaler, _inspect_model):  # the scaler's reason for the TF pool comes first
         try:
             step(task, result)
-        except Unsupported as exc:  # only in a lean worker, where TensorFlow is installed: its pool checks it
-            return CheckResult(ip=task.ip, model=task.model, reroute=f"{task.ip}: {exc}")
+        except Unsupported as exc:  # only where the lean readers are all there is
+            if extras.installed():  # a lean worker: the TensorFlow pool checks it
+                return CheckResult(ip=task.ip, model=task.model, reroute=f"{task.ip}: {exc}")
+            result.pool = "tensorflow (not installed)"
+            result.problems.append(extras.needs_tensorflow(str(exc)))
         except JobError as exc:
             result.problems.append(str(exc))
         except Exception as exc:  # noqa: BLE001 - the report says what went wrong; other IPs go on
@@ -102,10 +105,7 @@ def _inspect_model(task: CheckTask, result: CheckResult) -> None:
     try:
         loaded = load_model(path, task.engine, lean=prediction.LEAN or not extras.installed(), trust=task.trust)
     except Unsupported as exc:
-        if extras.installed():
-            raise
-        result.pool = "tensorflow (not installed)"
-        raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(f"{task.model}: {exc}")) from None
+        raise Unsupported(f"{task.model}: {exc}") from None
     result.timesteps = "variable" if loaded.window is None else str(loaded.window)
     result.runtime = f"{fmt.runtime} {loaded.entry}".strip()
     result.engine = loaded.engine if loaded.engine == "numpy" or task.engine == "keras" else \
@@ -140,13 +140,7 @@ def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
         result.scaler = scalers.read_untrusted(path).kind
         return
     if prediction.LEAN or not extras.installed():  # joblib is not there to read it: the lean reader is all there is
-        try:
-            result.scaler = scalers.read_scaler(path).kind
-        except Unsupported as exc:
-            if extras.installed():
-                raise
-            result.pool = "tensorflow (not installed)"
-            raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(str(exc))) from None
+        result.scaler = scalers.read_scaler(path).kind
         return
     result.scaler = load_scaler(path).kind
     try:
@@ -170,7 +164,7 @@ def check_store(models: str, options: RunOptions | None = None, verify: bool = F
         if task:
             task.engine, task.verify, task.window, task.trust = options.engine, verify, window, options.trust_store
             # A lean worker checks what predict's would run; one that cannot load a file sends it on.
-            task.pool = "full" if verify else pool_for(task.model, options.engine)
+            task.pool = ("full" if verify else pool_for(task.model, options.engine)) if extras.installed() else "lean"
             tasks.append(task)
     for outcome in make_executor(options).run(inspect_artefacts, tasks):
         planned = rows[outcome.ip]

@@ -1,7 +1,7 @@
 """The TensorFlow forkserver's set: TF, Keras 3, tf_keras and scikit-learn, imported and never run.
 
 Its workers run every job the lean set cannot: other layers, SavedModels, Lambda layers, scalers
-of other classes, `--engine keras`, training and `store check`.
+of other classes, `--engine keras`, training, and `store check` of what the lean set cannot load.
 
 The package's __init__ (the prctl and the environment) has run before this module.
 """
