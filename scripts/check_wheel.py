@@ -100,6 +100,14 @@ def main() -> None:
             print(f"check_wheel: without TensorFlow, {ip} is one row: {found[ip]['error']}")
         if [r for r in found.values() if r["ip"] not in (saved, conv)] != expected[2:]:
             sys.exit("check_wheel: models the base install cannot run changed other IPs' rows")
+        checked = run(lean.parent / "batchpredict", "store", "check", "--models", "models", cwd=work, ok=(1,))
+        said = {line.split()[0]: line for line in checked.stdout.splitlines()[1:]}
+        for ip in (saved, conv):
+            if "load_error" not in said.get(ip, "") or "tensorflow (not installed)" not in said[ip]:
+                sys.exit(f"check_wheel: store check without TensorFlow says of {ip}: {said.get(ip)!r}")
+        if f"ok {len(expected) - 2}, load_error 2" not in checked.stderr:
+            sys.exit(f"check_wheel: store check without TensorFlow ended {checked.stderr.strip()[-300:]!r}")
+        print(f"check_wheel: store check without TensorFlow: {checked.stderr.strip().splitlines()[-1]}")
 
         record = {"lean": {"requirement": "batchpredict (no extras)", "mib": round(lean_bytes / 2**20),
                            "install_s": round(lean_s)}}
