@@ -50,7 +50,7 @@ class Parsed(NamedTuple):
     std_mode: tuple[str, int]
     method: Method | None  # None where the run gives no alerts
     step: float | None  # seconds; None: each series' own (method.step_of)
-    kept: Method | None = None  # --alert's, alerting or not: what a --history file keeps values for
+    kept: Method | None  # --alert's, alerting or not: what a --history file keeps values for
 
 
 def check_params(params: Params) -> Parsed:

@@ -176,13 +176,13 @@ class CsvFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        # Bytes that are not UTF-8 in a data line cost that line's cell or IP (read as U+FFFD); in the header,
-        # the whole file is likely in another encoding.
         # The header's labels as written: pandas' own names would rename a repeated label (`x.1`) or an empty one
         # (`Unnamed: 3`), so the parser is given positions as names instead.
         first = read_text_csv(path, "table", header=None, nrows=1, encoding_errors="replace")
         self.header = [str(c) for c in first.iloc[0].tolist()] if len(first) else []
         self.names = [str(i) for i in range(len(self.header))]  # the parser's column names
+        # Bytes that are not UTF-8 in a data line cost that line's cell or IP (read as U+FFFD); in the header,
+        # the whole file is likely in another encoding.
         if any("\ufffd" in label or "\x00" in label for label in self.header):
             raise UsageError(f"cannot read table {path}: its header is not UTF-8 text (another encoding, UTF-16?)")
         # A first data line longer than the header sets how many fields the parser takes (index_col=False keeps
