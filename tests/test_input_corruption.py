@@ -27,7 +27,7 @@ import pytest
 from conftest import read_out, run_cli
 
 from batchpredict import Params, RunOptions, predict_table
-from batchpredict.errors import OutputError
+from batchpredict.errors import Interrupted, OutputError
 from batchpredict.io import output
 
 REPO = Path(__file__).resolve().parents[1]
@@ -250,6 +250,32 @@ def test_a_failed_write_of_the_summary_leaves_the_earlier_output_whole(tmp_path,
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name not in ("a.csv.lock", "a.csv.journal")}
     assert after == before and sorted(before) == ["a.csv", "a.csv.events.csv", "a.csv.summary.json"]
     assert (tmp_path / "a.csv.journal").exists()
+
+
+def test_a_stop_while_the_output_is_written_waits_for_the_whole_set(tmp_path, monkeypatch):
+    """SIGTERM as the CSV is written: the CSV, events and summary are all tonight's, then the run stops (143),
+    the journal kept; never a new summary beside the old CSV."""
+    night, reference = tmp_path / "night", tmp_path / "reference"
+    data, models, options = str(REPO / "examples" / "stats.csv"), str(REPO / "models"), RunOptions(workers=2)
+    predict_table(data, models, out=str(night / "a.csv"), params=Params(points=3), options=options)
+    write_csv = output.Rows.write_csv
+
+    def stopped(rows: output.Rows, path: str) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # a real signal, to this process, half-way through the set
+        write_csv(rows, path)
+
+    monkeypatch.setattr(output.Rows, "write_csv", stopped)
+    with pytest.raises(Interrupted) as caught:
+        predict_table(data, models, out=str(night / "a.csv"), params=Params(points=5), options=options)
+    assert caught.value.exit_code == 143
+    monkeypatch.undo()
+    predict_table(data, models, out=str(reference / "a.csv"), params=Params(points=5), options=options)
+    pd.testing.assert_frame_equal(read_out(night / "a.csv").drop(columns=TIMING),
+                                  read_out(reference / "a.csv").drop(columns=TIMING))
+    assert json.loads((night / "a.csv.summary.json").read_text())["rows"] == 5 * 32
+    assert (night / "a.csv.events.csv").read_text() == (reference / "a.csv.events.csv").read_text()
+    assert (night / "a.csv.journal").exists()
+    assert sorted(outputs(night)) == ["a.csv", "a.csv.events.csv", "a.csv.summary.json"]  # no temporary left
 
 
 # --- a real full disk: a small tmpfs where this process may mount one, else a file size limit -------------

@@ -26,7 +26,7 @@ import pandas as pd
 from .. import extras
 from ..errors import Interrupted, JobError, OutputError, UsageError, writing
 from ..io import output
-from ..io.files import replaced
+from ..io.files import replaced_together
 from ..io.journal import Journal, Lock, check_writable, fingerprint
 from ..io.store import Store
 from ..io.table import Series, Table
@@ -381,15 +381,16 @@ _KEPT = "the earlier output is untouched and the journal keeps every finished jo
 
 def _write_output(out: str, rows: output.Rows, params: Params, info: dict) -> None:
     """The CSV, its events file and its summary, all or none: each is written beside its old self, and the
-    three replace the old ones only once all are written (a full disk leaves the earlier output as it was)."""
+    three replace the old ones only once all are written (a full disk leaves the earlier output as it was),
+    the summary last. A stop asked for meanwhile waits for the three to be in place (_signals_deferred)."""
     files = [(out, rows.write_csv)]
     if params.several:
         files.append((out + ".events.csv", rows.write_events))
     files.append((out + ".summary.json", lambda path: output.write_summary(path, info)))
-    with writing(out), contextlib.ExitStack() as stack:  # the renames, at its end, name the CSV
-        for path, write in files:
+    with _signals_deferred(), writing(out), replaced_together([path for path, _ in files]) as temporaries:
+        for (path, write), temporary in zip(files, temporaries, strict=True):
             with writing(path):
-                write(stack.enter_context(replaced(path)))
+                write(temporary)
 
 
 def _chain(first: list[Series], rest: Iterator[list[Series]]) -> Iterator[list[Series]]:
@@ -428,6 +429,25 @@ def _signals_raise() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGTERM/SIGINT wait for the block to end, then stop the run as _signals_raise's do: the output files
+    replace their old selves as a set, never one of them killed half-way through the set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if arrived:
+        raise Interrupted(arrived[0])
 
 
 def versions() -> dict[str, str]:

@@ -18,23 +18,39 @@ def replaced(path: str, keep_suffix: bool = False, *, durable: bool = True) -> I
     `durable=False` skips both fsyncs, for a file whose loss costs nothing: the rename still means a reader
     never sees half of it, but a crash may leave it empty or gone (the weights cache, where that is a miss).
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    name = os.path.basename(path)
-    suffix = os.path.splitext(name)[1] if keep_suffix else ".tmp"
-    tmp = _temporary(folder, name, suffix)
-    try:
+    with replaced_together([path], keep_suffix, durable=durable) as (tmp,):
         yield tmp
+
+
+@contextlib.contextmanager
+def replaced_together(paths: list[str], keep_suffix: bool = False, *, durable: bool = True) -> Iterator[list[str]]:
+    """replaced() for files that belong together: a temporary path each; once all are filled (and fsynced),
+    they replace `paths` one right after another, in order, and the folders are synced once after. The last
+    path is the set's commit: a reader who finds it new finds the others new too. On failure none is replaced."""
+    temporaries: list[str] = []
+    try:
+        for path in paths:
+            folder = os.path.dirname(os.path.abspath(path))
+            os.makedirs(folder, exist_ok=True)
+            name = os.path.basename(path)
+            temporaries.append(_temporary(folder, name, os.path.splitext(name)[1] if keep_suffix else ".tmp"))
+        yield temporaries
         if durable:
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
+            for tmp in temporaries:
+                with open(tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+        # Back to back, after every slow step: a process killed now is killed between two renames only in
+        # the microseconds they take.
+        for tmp, path in zip(temporaries, paths, strict=True):
+            os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        for tmp in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         raise
     if durable:
-        sync_folder(folder)
+        for folder in dict.fromkeys(os.path.dirname(os.path.abspath(path)) for path in paths):
+            sync_folder(folder)
 
 
 def _temporary(folder: str, name: str, suffix: str) -> str:
@@ -61,5 +77,11 @@ def sync_folder(folder: str) -> None:
 
 def write_atomic(path: str, text: str | Iterable[str]) -> None:
     """Write `text` (a string, or its pieces) as the whole new contents of `path`."""
-    with replaced(path) as tmp, open(tmp, "w", newline="") as fh:
+    with replaced(path) as tmp:
+        write_text(tmp, text)
+
+
+def write_text(path: str, text: str | Iterable[str]) -> None:
+    """Write `text` (a string, or its pieces) to `path` as it is: into a temporary path of replaced()."""
+    with open(path, "w", newline="") as fh:
         fh.writelines([text] if isinstance(text, str) else text)

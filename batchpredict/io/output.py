@@ -1,4 +1,5 @@
-"""The anomalies CSV (docs/design.md §4) and its summary, each written atomically."""
+"""The anomalies CSV (docs/design.md §4), its events and its summary, written into the temporary files that
+predict then puts in place together (files.replaced_together)."""
 from __future__ import annotations
 
 import csv
@@ -13,7 +14,7 @@ import pandas as pd
 
 from ..result import SEVERITIES, Points, Result, Status
 from .events import collapse, distance, event_columns, event_names
-from .files import write_atomic
+from .files import write_atomic, write_text
 
 ALERT_COLUMNS = ["alert", "score", "alert_source"]  # appended where the alerting stage runs (Params.alerting)
 
@@ -252,7 +253,7 @@ class Rows:
 
     def _write(self, path: str, header: list[str], texts: list[Any]) -> None:
         render = self._writer.render if self._cells else str
-        write_atomic(path, itertools.chain([self._writer.render([header])], map(render, texts)))
+        write_text(path, itertools.chain([self._writer.render([header])], map(render, texts)))
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([cells for position in self._rows for cells in position], columns=self.header)
@@ -292,4 +293,4 @@ def _tally(codes: np.ndarray, names: list[str]) -> dict[str, int]:
 
 
 def write_summary(path: str, summary: dict) -> None:
-    write_atomic(path, json.dumps(summary, indent=2) + "\n")
+    write_text(path, json.dumps(summary, indent=2) + "\n")

@@ -56,3 +56,36 @@ def test_a_temporary_name_left_by_a_dead_process_is_passed_over(tmp_path: Path, 
     write_atomic(str(tmp_path / "out.csv"), "x\n")
     assert (tmp_path / "out.csv").read_text() == "x\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [f".out.csv.{os.getpid()}-0.tmp", "out.csv"]
+
+
+def test_files_replaced_together_are_renamed_in_order_after_all_are_written(tmp_path: Path, monkeypatch) -> None:
+    from batchpredict.io import files
+
+    paths = [str(tmp_path / name) for name in ("a.csv", "a.csv.events.csv", "a.csv.summary.json")]
+    renamed: list[str] = []
+    real = os.replace
+
+    def replace(source: str, target: str) -> None:
+        assert all(Path(tmp).read_text() for tmp in temporaries[len(renamed):])  # each renamed once all are written
+        renamed.append(target)
+        real(source, target)
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    with files.replaced_together(paths) as temporaries:
+        for tmp, path in zip(temporaries, paths, strict=True):
+            Path(tmp).write_text(os.path.basename(path))
+    assert renamed == paths  # the summary last: a new summary means a new CSV
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(os.path.basename(p) for p in paths)
+
+
+def test_a_set_that_fails_half_way_replaces_none_of_its_files(tmp_path: Path) -> None:
+    from batchpredict.io.files import replaced_together
+
+    paths = [tmp_path / "a.csv", tmp_path / "a.csv.summary.json"]
+    for path in paths:
+        path.write_text("old\n")
+    with pytest.raises(RuntimeError), replaced_together([str(p) for p in paths]) as temporaries:
+        Path(temporaries[0]).write_text("new\n")
+        raise RuntimeError("the disk filled")
+    assert [p.read_text() for p in paths] == ["old\n", "old\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "a.csv.summary.json"]
