@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .commands.predict import predict, verdict
-    from .metrics import write_metrics
+    from .metrics import record
     from .progress import Progress
 
     started = time.time()
@@ -132,11 +132,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
                            on_result=progress.update, on_start=progress.start)
     except BatchPredictError as exc:
         if args.metrics_file:  # a run that wrote nothing is the one monitoring most needs to see
-            write_metrics(args.metrics_file, None, exc.exit_code, started)
+            record(args.metrics_file, None, exc.exit_code, started)
         raise
     done = verdict(info, args.out, args.since)
     if args.metrics_file:
-        write_metrics(args.metrics_file, info, done.code, started)
+        record(args.metrics_file, info, done.code, started)
     return _said(done)
 
 

@@ -1,6 +1,7 @@
 """The last run as Prometheus text, for node_exporter's textfile collector (how cron jobs are watched)."""
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -9,6 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .errors import BatchPredictError, writing
 from .result import Severity, Status
+
+log = logging.getLogger("batchpredict")
 
 PREFIX = "batchpredict"
 LAST_SUCCESS = f"{PREFIX}_last_success_timestamp_seconds"
@@ -80,6 +83,15 @@ def previous_success(path: str) -> float | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def record(path: str, summary: dict | None, exit_code: int, started: float) -> None:
+    """write_metrics, or one error line where the file cannot be written: the run's exit code and message
+    stand, as they speak of its output (monitoring sees the file's timestamps go stale)."""
+    try:
+        write_metrics(path, summary, exit_code, started)
+    except BatchPredictError as exc:
+        log.error("%s; the exit code is the run's own", exc)
 
 
 def write_metrics(path: str, summary: dict | None, exit_code: int, started: float) -> None:

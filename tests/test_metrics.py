@@ -120,3 +120,18 @@ def test_alerts_are_counted_where_the_alerting_stage_ran(store, tmp_path):
     run_cli("predict", "--data", table, "--models", store, "--out", one, "--metrics-file", prom)
     assert ("batchpredict_alerts", ()) not in samples(prom.read_text())  # one point per IP: no alerting stage
     assert "alert" not in read_out(one)
+
+
+def test_a_metrics_file_that_cannot_be_written_leaves_the_runs_exit_code_and_message(store, table, tmp_path):
+    """One error line for the metrics; the exit code and the last line are the run's, as if none was asked."""
+    (tmp_path / "folder.prom").mkdir()
+    metrics = tmp_path / "folder.prom"
+    missing = run_cli("predict", "--data", tmp_path / "missing.csv", "--models", store, "--out", tmp_path / "a.csv",
+                      "--metrics-file", metrics)
+    assert missing.returncode == 2, missing.stderr
+    lines = missing.stderr.strip().splitlines()
+    assert "table not found" in lines[-1] and "Traceback" not in missing.stderr
+    assert any(f"cannot write metrics file {metrics}" in line for line in lines[:-1]), lines
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "b.csv", "--metrics-file", metrics)
+    assert done.returncode == 0, done.stderr
+    assert f"cannot write metrics file {metrics}" in done.stderr and (tmp_path / "b.csv").exists()
