@@ -1,12 +1,14 @@
 """Trains the per-IP models into the store, one isolated worker process per IP.
 
 Each worker fits the original two-layer LSTM on its IP's rolling-mean history, then writes
-`model/<ip>.<format>`, `sc/<ip>.save` and its `std/std.json` entry, each atomically.
+`model/<ip>.<format>`, `sc/<ip>.save` and its `std/std.json` entry, each atomically, with a marker beside them
+meanwhile (`_save`).
 """
 from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import fcntl
 import hashlib
 import json
@@ -21,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from .. import extras
-from ..errors import JobError, UsageError, first_line
+from ..errors import IO_ERRORS, JobError, UsageError, first_line, writing
 from ..io import manifest
-from ..io.files import replaced, write_atomic
+from ..io.files import replaced, sync_folder, write_atomic
 from ..io.output import write_rows
-from ..io.store import MODEL_SUFFIXES, Store
+from ..io.store import MODEL_SUFFIXES, SAVING, Store
 from ..io.table import read_table
 from ..job import Params, RunOptions
 from ..result import Outcome, Status
@@ -37,6 +39,7 @@ from .verdict import Verdict
 log = logging.getLogger("batchpredict")
 
 FORMATS = ("h5", "keras", "savedmodel")
+_ROOM = 2**20  # bytes free below which a failed write is taken for a full disk
 REPORT_COLUMNS = ["ip", "status", "error", "model", "epochs", "train_loss", "holdout_loss", "std", "duration_ms",
                   "worker_peak_rss_mib"]
 
@@ -131,15 +134,56 @@ def _train(job: TrainJob) -> TrainResult:
     # Saved without the optimizer: the store holds what prediction needs, a third of the size.
     plain = architecture(window)
     plain.set_weights(model.get_weights())
-    relative = _save_model(plain, job)
     scaler_path = os.path.join("sc", job.ip + ".save")
-    _save_scaler(scaler, os.path.join(job.store, scaler_path))
-    merge_stds(job.store, {job.ip: std})
+    relative = _save(job, plain, scaler, std=std, scaler_path=scaler_path)
     losses = history.history
     best = int(np.argmin(losses["val_loss"]))
     return TrainResult(ip=job.ip, model=relative, epochs=len(losses["loss"]), train_loss=float(losses["loss"][best]),
                        holdout_loss=float(losses["val_loss"][best]), std=std,
                        sealed=manifest.entry(job.store, relative, scaler_path, std))
+
+
+def _save(job: TrainJob, model, scaler, *, std: float, scaler_path: str) -> str:  # noqa: ANN001
+    """The IP's model, scaler and std, in turn, with its marker (store.SAVING) in model/ meanwhile: a run
+    killed between two of them leaves the marker, and predict a load_error saying so, never a new model read
+    with the old std. A disk error in any of them (h5py names none) is the IP's error, named as one."""
+    folder = os.path.join(job.store, "model")
+    marker = os.path.join(folder, SAVING.format(ip=job.ip))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(marker, "w"):
+            pass
+        sync_folder(folder)  # on disk before the first artefact is replaced
+        try:
+            relative = _save_model(model, job)
+        except BaseException:
+            _unlink(marker)  # the model is replaced whole or not at all: the old one still goes with its scaler
+            raise
+        _save_scaler(scaler, os.path.join(job.store, scaler_path))
+        merge_stds(job.store, {job.ip: std})
+    except Exception as exc:
+        full = _disk_error(exc, job.store)
+        if full:
+            raise JobError(Status.ERROR, f"{full} writing the model, scaler and std of {job.ip} in "
+                                         f"{job.store}") from exc
+        raise
+    _unlink(marker)
+    return relative
+
+
+def _disk_error(exc: BaseException, store: str) -> str | None:
+    """What a failed write says of the disk: an OSError's errno anywhere in the chain, or a store whose disk has
+    no room left (h5py turns ENOSPC into "Can't destroy cache")."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in IO_ERRORS:
+            return IO_ERRORS[seen.errno]
+        seen = seen.__cause__ or seen.__context__
+    with contextlib.suppress(OSError):
+        disk = os.statvfs(store)
+        if disk.f_bavail * disk.f_frsize < _ROOM:
+            return IO_ERRORS[errno.ENOSPC]
+    return None
 
 
 def _save_model(model, job: TrainJob) -> str:  # noqa: ANN001
@@ -245,7 +289,9 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
     for outcome in make_executor(options or RunOptions()).run(train_ip, jobs):
         results[outcome.ip] = outcome
     ordered = [results[s.ip] for s in table if s.ip in results]
-    write_report(ordered, os.path.join(models, "train_report.csv"))
+    report = os.path.join(models, "train_report.csv")
+    with writing(report):
+        write_report(ordered, report)
     sealed = {r.ip: r.sealed for r in ordered if r.status is Status.OK and r.sealed}
     if sealed and store.manifest is None:  # a first manifest lists the IPs trained before too, as they are
         before, _ = store.seal(skip=set(sealed))
@@ -253,7 +299,8 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
             log.info("train: %s also lists %d IPs this run did not train, as found", manifest.FILE, len(before))
         sealed = {**before, **sealed}
     if sealed:  # with a manifest there already, the entries of IPs this run did not train stay as they were
-        manifest.write(store.root, sealed, keep=True)
+        with writing(os.path.join(store.root, manifest.FILE)):
+            manifest.write(store.root, sealed, keep=True)
     return ordered
 
 

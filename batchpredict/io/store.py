@@ -14,6 +14,7 @@ from . import manifest
 IP_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 MODEL_SUFFIXES = (".h5", ".keras")
 SAVED_MODEL_FILE = "saved_model.pb"
+SAVING = ".{ip}.saving"  # in model/ while train writes the IP's model, scaler and std (commands/train._save)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,12 @@ class Store:
                 or (name in folder.dirs and os.path.isfile(os.path.join(folder.path, name, SAVED_MODEL_FILE)))]
 
     def model(self, ip: str) -> str:
-        """The IP's one model artefact relative to the store, or JobError: no_model, or load_error when ambiguous."""
+        """The IP's one model artefact relative to the store, or JobError: no_model, or load_error when ambiguous
+        or when a training run stopped while writing its artefacts (its SAVING marker)."""
+        marker = SAVING.format(ip=ip)
+        if marker in self._models.files:
+            raise JobError(Status.LOAD_ERROR, f"a training run stopped while writing its model, scaler and std "
+                                              f"(model/{marker}): they may not belong together; train it again")
         models = self.model_candidates(ip)
         if len(models) > 1:
             raise JobError(Status.LOAD_ERROR, f"ambiguous model: {' and '.join(models)} both exist; keep one")

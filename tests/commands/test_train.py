@@ -139,3 +139,60 @@ def test_bad_arguments_exit_2(tmp_path):
     table = wide_table(tmp_path / "h.csv", {"a": sine("a", 60)})
     done = run_cli("train", "--data", table, "--models", tmp_path / "s", "--ips", "zz")
     assert done.returncode == 2 and "not in" in done.stderr
+
+
+class _Weights:
+    """Stands in for a Keras model at the save: bytes, or the error a full disk gives."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+
+    def save(self, path: str) -> None:
+        if self.error:
+            raise self.error
+        Path(path).write_bytes(b"new model")
+
+
+def _saved(store: Path, model: _Weights) -> str:
+    from sklearn.preprocessing import MinMaxScaler
+
+    from batchpredict.commands.train import TrainJob, _save
+
+    job = TrainJob(ip="10.0.0.1", values=[], store=str(store))
+    return _save(job, model, MinMaxScaler().fit([[0.0], [1.0]]), std=2.5, scaler_path="sc/10.0.0.1.save")
+
+
+def test_an_ip_cut_off_between_its_artefacts_is_a_load_error_until_trained_again(tmp_path):
+    from batchpredict.errors import JobError
+    from batchpredict.io.store import Store
+
+    (tmp_path / "std").mkdir()
+    (tmp_path / "std" / "std.json").mkdir()  # its std cannot be written: the run stops after model and scaler
+    with pytest.raises(OSError):
+        _saved(tmp_path, _Weights())
+    assert (tmp_path / "model" / ".10.0.0.1.saving").exists()
+    (tmp_path / "std" / "std.json").rmdir()
+    merge_stds(str(tmp_path), {"10.0.0.1": 1.0})  # the old std, beside the new model and scaler
+    with pytest.raises(JobError, match=r"training run stopped while writing .*train it again") as caught:
+        Store(str(tmp_path)).artefacts("10.0.0.1")
+    assert caught.value.status == "load_error"
+    assert _saved(tmp_path, _Weights()) == "model/10.0.0.1.h5"
+    assert Store(str(tmp_path)).artefacts("10.0.0.1").std == 2.5
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["10.0.0.1.h5"]
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
+                                   RuntimeError("Can't destroy cache")], ids=["ENOSPC", "h5py"])
+def test_a_full_disk_while_saving_is_the_ips_error_and_leaves_its_old_artefacts(tmp_path, monkeypatch, error):
+    from batchpredict.commands import train
+    from batchpredict.errors import JobError
+
+    if isinstance(error, RuntimeError):  # h5py's words for a full disk: the disk itself says it is full
+        error.__context__ = None
+        monkeypatch.setattr(train, "_ROOM", 2**62)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "10.0.0.1.h5").write_bytes(b"old model")
+    with pytest.raises(JobError, match="^no space left on device writing the model, scaler and std of 10.0.0.1"):
+        _saved(tmp_path, _Weights(error))
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["10.0.0.1.h5"]  # no marker: nothing replaced
+    assert (tmp_path / "model" / "10.0.0.1.h5").read_bytes() == b"old model"
