@@ -1,10 +1,16 @@
-"""Files replaced whole: a reader, or a run killed half-way, never sees half a file."""
+"""Files replaced whole (a reader, or a run killed half-way, never sees half a file), and a store's JSON files read
+as nothing but data."""
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..errors import UsageError
 
 _NAMES = itertools.count()  # with the pid, a temporary file's name
 
@@ -85,3 +91,23 @@ def write_text(path: str, text: str | Iterable[str]) -> None:
     """Write `text` (a string, or its pieces) to `path` as it is: into a temporary path of replaced()."""
     with open(path, "w", newline="") as fh:
         fh.writelines([text] if isinstance(text, str) else text)
+
+
+def read_json(path: str, root: str) -> Any:
+    """The JSON document at `path`, a file of the folder `root` (a store); UsageError naming it where it resolves
+    outside `root`, is not a regular file (a FIFO would block the run for good, a device never end) or holds no
+    JSON (nested past the parser's depth included)."""
+    if outside(root, path):
+        raise UsageError(f"{path} resolves outside {root}")
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK)) as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise UsageError(f"{path} is not a regular file")
+            return json.load(fh)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UsageError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def outside(root: str, path: str) -> bool:
+    """Whether `path`, its links followed, lies outside `root` (itself resolved)."""
+    return os.path.commonpath([os.path.realpath(root), os.path.realpath(path)]) != os.path.realpath(root)

@@ -15,7 +15,7 @@ from importlib import metadata
 
 from ..errors import JobError, UsageError
 from ..result import Status
-from .files import write_atomic
+from .files import read_json, write_atomic
 
 FILE = "manifest.json"
 _WHOLE = 16 << 20  # files up to this size are hashed from one read: a chunked read's buffer is new pages in a worker
@@ -24,16 +24,12 @@ _WHOLE = 16 << 20  # files up to this size are hashed from one read: a chunked r
 def read(root: str) -> dict[str, dict] | None:
     """The manifest's entries by IP, or None when the store has none; UsageError when it is unreadable."""
     path = os.path.join(root, FILE)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-        entries = data["ips"]
-        if not isinstance(entries, dict):
-            raise TypeError(f"ips is a {type(entries).__name__}")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
+    data = read_json(path, root)
+    entries = data.get("ips") if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise UsageError(f"cannot read {path}: no object \"ips\" in it")
     return entries
 
 

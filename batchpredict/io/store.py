@@ -1,7 +1,6 @@
 """The model store (docs/design.md §1): finds each IP's artefacts, never outside the store."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 from ..errors import JobError, UsageError
 from ..result import Status
 from . import manifest
+from .files import outside, read_json
 
 IP_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 MODEL_SUFFIXES = (".h5", ".keras")
@@ -31,7 +31,7 @@ class Store:
         if not os.path.isdir(root):
             raise UsageError(f"model store not found: {root}")
         self.root = os.path.realpath(root)
-        self.stds = _read_stds(os.path.join(self.root, "std", "std.json"))
+        self.stds = _read_stds(self.root)
         self.manifest = manifest.read(self.root)  # entries by IP; None: the store has no manifest.json
         self._models = _Folder(self.root, "model")
         self._scalers = _Folder(self.root, "sc")
@@ -139,14 +139,11 @@ class Store:
         return sorted(names)
 
 
-def _read_stds(path: str) -> dict:
-    if not os.path.exists(path):
+def _read_stds(root: str) -> dict:
+    path = os.path.join(root, "std", "std.json")
+    if not os.path.lexists(path):
         return {}
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+    data = read_json(path, root)
     if not isinstance(data, dict):
         raise UsageError(f"{path} must hold a JSON object {{\"<ip>\": <std>, ...}}")
     return data
@@ -164,13 +161,13 @@ class _Folder:
         self.stems: set[str] = set()  # every name, with and without its suffix
         self._escaping: set[str] = set()
         # A folder that is itself a link out of the store takes every path in it along.
-        self.outside = _outside(root, self.path)
+        self.outside = outside(root, self.path)
         try:
             with os.scandir(self.path) as entries:
                 for entry in entries:
                     name = entry.name
                     self.stems.update((name, name.rsplit(".", 1)[0]))
-                    if entry.is_symlink() and _outside(root, entry.path):
+                    if entry.is_symlink() and outside(root, entry.path):
                         self._escaping.add(name)
                     if entry.is_file():
                         self.files.add(name)
@@ -182,7 +179,3 @@ class _Folder:
     def check_inside(self, name: str) -> None:
         if self.outside or name in self._escaping:
             raise JobError(Status.INVALID_INPUT, f"{os.path.join(self.name, name)} resolves outside the store")
-
-
-def _outside(root: str, path: str) -> bool:
-    return os.path.commonpath([root, os.path.realpath(path)]) != root

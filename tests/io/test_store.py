@@ -97,3 +97,25 @@ def test_links_inside_the_store_are_followed(root):
     store = Store(str(root))
     assert store.artefacts("a").model == os.path.join("model", "a")
     assert store.artefacts("b").scaler == os.path.join("sc", "b.save")
+
+
+@pytest.mark.parametrize("kind", ["nested", "fifo", "outside", "dangling"])
+@pytest.mark.parametrize("name", ["std/std.json", "manifest.json"])
+def test_a_store_json_file_that_is_no_data_file_of_the_store_is_one_error(root, tmp_path_factory, kind, name):
+    """Nested past the parser's depth, a FIFO (which would block the run for good), a link out of the store or to
+    nothing: exit 2 naming the file, never a traceback, a hang or a store read as empty."""
+    path = root / name
+    path.unlink(missing_ok=True)
+    if kind == "nested":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "outside":
+        elsewhere = tmp_path_factory.mktemp("elsewhere") / "std.json"
+        elsewhere.write_text(json.dumps({"a": 1.0}))
+        path.symlink_to(elsewhere)
+    else:
+        path.symlink_to(root / "gone.json")
+    with pytest.raises(UsageError, match=f"{path}") as caught:
+        Store(str(root))
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 400

@@ -97,7 +97,7 @@ def read_labels(path: str) -> Labels:
 def _json_pairs(text: str, path: str) -> dict[str, tuple[list[str], list]]:
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:  # nested past the parser's depth: no labels either
         raise UsageError(f"labels {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"labels {path}: expected an object {{series: [[start, end], ...]}}")
