@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
@@ -61,8 +62,19 @@ def sweep_of(sweep: list[float] | None, flags: str) -> list[float] | None:
     return sweep
 
 
+def output_path(text: str) -> str:
+    """--out: a file's path (or a prefix of files), not empty and not a folder's."""
+    if not text or text.endswith(os.sep) or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"takes a file's path, not {'a folder' if text else 'an empty one'}: "
+                                         f"{text!r}")
+    return text
+
+
 def parse_ips(text: str) -> list[str]:
-    return [ip.strip() for ip in text.split(",") if ip.strip()]
+    ips = [ip.strip() for ip in text.split(",") if ip.strip()]
+    if not ips:  # else it would mean every IP
+        raise argparse.ArgumentTypeError(f"names no IP: {text!r}")
+    return ips
 
 
 def _number(convert: Callable[[str], N], wanted: str, ok: Callable[[N], bool]) -> Callable[[str], N]:

@@ -28,7 +28,7 @@ def _predict(commands: Commands) -> None:
                                            opt.series_options(), opt.points_options(), opt.run_options(),
                                            opt.backend_options(), opt.monitoring_options(), opt.log_options()])
     predict.add_argument("--data", required=True, help="stats table (CSV or Parquet, wide or long)")
-    predict.add_argument("--out", required=True, help="anomalies CSV to write")
+    predict.add_argument("--out", required=True, type=opt.output_path, help="anomalies CSV to write")
     predict.add_argument("--jobs-per-worker", type=opt.positive_int, default=1,
                          help="jobs a worker runs before it exits (default 1: strict isolation)")
     predict.add_argument("--resume", action="store_true", help="continue an interrupted run of the same inputs")
@@ -73,7 +73,8 @@ def _evaluate(commands: Commands) -> None:
     evaluate.add_argument("--labels", required=True,
                           help="anomaly windows: NAB's combined_windows.json ({series: [[start, end], ...]}, keyed "
                                "by id or by a file name whose stem is the id) or a CSV ip,start,end")
-    evaluate.add_argument("--out", default=None, metavar="PREFIX", help="also write PREFIX.csv and PREFIX.json")
+    evaluate.add_argument("--out", default=None, type=opt.output_path, metavar="PREFIX",
+                          help="also write PREFIX.csv and PREFIX.json")
     evaluate.add_argument("--sigmas", dest="thresholds", type=opt.parse_sigmas, default=None,
                           help="warning,critical thresholds in stds (default: the ones the results were made with)")
     evaluate.add_argument("--flags", choices=FLAGS, default=FLAGS[0],

@@ -262,12 +262,7 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
     from ..runtime.backend import make_executor
 
     extras.require_tensorflow("train")
-    if fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    if not 0 < holdout < 1:
-        raise UsageError(f"--holdout must be between 0 and 1, not {holdout}")
-    os.makedirs(models, exist_ok=True)
-    store = Store(models)
+    store = _store_for(models, fmt, holdout)
     table = read_table(data)
     wanted = set(ips) if ips else None
     if wanted and wanted - {s.ip for s in table}:
@@ -302,6 +297,19 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
         with writing(os.path.join(store.root, manifest.FILE)):
             manifest.write(store.root, sealed, keep=True)
     return ordered
+
+
+def _store_for(models: str, fmt: str, holdout: float) -> Store:
+    """The store to train into, made if need be, once the settings are known to be usable."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if not 0 < holdout < 1:
+        raise UsageError(f"--holdout must be between 0 and 1, not {holdout}")
+    try:
+        os.makedirs(models, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make the store folder --models {models}: {exc.strerror or exc}") from None
+    return Store(models)
 
 
 def verdict(results: list[TrainResult], models: str) -> Verdict:

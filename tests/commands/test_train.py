@@ -196,3 +196,13 @@ def test_a_full_disk_while_saving_is_the_ips_error_and_leaves_its_old_artefacts(
         _saved(tmp_path, _Weights(error))
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["10.0.0.1.h5"]  # no marker: nothing replaced
     assert (tmp_path / "model" / "10.0.0.1.h5").read_bytes() == b"old model"
+
+
+@pytest.mark.parametrize("case", ["a file as the store", "no IP in --ips"])
+def test_a_store_that_is_a_file_or_an_empty_ips_list_is_exit_2(tmp_path, case):
+    table = wide_table(tmp_path / "h.csv", {"a": sine("a", 60)})
+    (tmp_path / "file").write_text("")
+    extra = ["--models", tmp_path / "file"] if case == "a file as the store" else ["--models", tmp_path / "s",
+                                                                                 "--ips", ",,"]
+    done = run_cli("train", "--data", table, *extra)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
