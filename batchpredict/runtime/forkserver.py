@@ -68,8 +68,11 @@ class _Popen(popen_forkserver.Popen):
         # The parent keeps a duplicate of the data pipe's write end: the child's sentinel of its parent.
         _parent_w = os.dup(w)
         self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
+        try:
+            with open(w, "wb", closefd=True) as f:
+                f.write(buf.getbuffer())
+        except BrokenPipeError:
+            pass  # it died reading this (an import that failed): its exit status, as any crash's, says so
         self.pid = forkserver.read_signed(self.sentinel)
 
     def poll(self, flag: int = os.WNOHANG) -> int | None:

@@ -367,3 +367,17 @@ def test_a_signal_reaches_a_consumer_waiting_for_an_outcome(tmp_path):
         sender.join()
         signal.signal(signal.SIGUSR1, previous)
     assert stopped - sent[0] < 0.5 and gone(pids[0]) and not supervisors()
+
+
+def test_a_worker_that_dies_reading_its_job_is_a_crashed_row_not_the_runs_end(tmp_path, monkeypatch):
+    """Its handler's module gone from disk (a package upgraded while the night runs): the worker dies unpickling
+    its process while the coordinator still writes it, a broken pipe there; its jobs end crashed, the run goes on."""
+    (tmp_path / "vanishing.py").write_text("def handler(task):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import vanishing
+
+    (tmp_path / "vanishing.py").unlink()
+    big = Task("a" * 2**21)  # more than a pipe holds: the write is under way when the worker dies
+    results = list(LocalExecutor(workers=1, retries=1, timeout=30).run(vanishing.handler, [big, Task("b")]))
+    assert [(r.ip[:1], r.status) for r in results] == [("a", Status.CRASHED), ("b", Status.CRASHED)]
+    assert all("exited with code 1" in r.error for r in results), results[0].error
