@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -201,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BatchPredictError as exc:
         logs.final.error(f"batchpredict: {exc}", extra={"fields": {"event": "exit", "exit_code": exc.exit_code}})
         return exc.exit_code
+    except KeyboardInterrupt:  # before a command installs its handlers (its imports take a second): nothing written
+        code = 128 + signal.SIGINT
+        logs.final.error("batchpredict: stopped by SIGINT", extra={"fields": {"event": "exit", "exit_code": code}})
+        return code
 
 
 if __name__ == "__main__":

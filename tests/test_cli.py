@@ -268,3 +268,14 @@ def test_python_m_batchpredict_is_the_command(store, table, tmp_path):
         runs = [run_cli(*args, module=module) for module in ("batchpredict", "batchpredict.cli")]
         runs.append(subprocess.run(script + args, capture_output=True, text=True, timeout=60))
         assert len({(done.returncode, done.stdout, done.stderr) for done in runs}) == 1, args
+
+
+def test_ctrl_c_before_a_command_installs_its_handlers_is_130_and_one_line(monkeypatch, capsys):
+    from batchpredict import cli
+
+    def interrupted(args):  # as a SIGINT lands in a command's first imports
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_report", interrupted)
+    assert cli.main(["report", "--results", "r.csv", "--data", "d.csv", "--out", "o"]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["batchpredict: stopped by SIGINT"]

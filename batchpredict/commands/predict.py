@@ -26,7 +26,7 @@ import pandas as pd
 from .. import extras
 from ..errors import Interrupted, JobError, OutputError, UsageError, writing
 from ..io import output
-from ..io.files import replaced_together
+from ..io.files import remove_leftovers, replaced_together
 from ..io.journal import Journal, Lock, check_writable, fingerprint
 from ..io.store import Store
 from ..io.table import Series, Table
@@ -42,6 +42,8 @@ from ..status import listed
 from .verdict import Verdict
 
 log = logging.getLogger("batchpredict")
+EVENTS, SUMMARY = ".events.csv", ".summary.json"
+OUTPUT_SUFFIXES = ("", EVENTS, SUMMARY)  # the files of a run's output: `--out` and these beside it
 
 
 class Parsed(NamedTuple):
@@ -305,6 +307,8 @@ def _steps(data: str, models: str, out: str | None, params: Params, *, options: 
         if out:  # before anything is read: a second run on the same output exits 75 at once
             stack.enter_context(Lock(out + ".lock"))
             check_writable(out)  # before any job: a folder that takes no file exits 2, not after the night
+            name = os.path.basename(out)
+            remove_leftovers(os.path.dirname(os.path.abspath(out)), [name + suffix for suffix in OUTPUT_SUFFIXES])
         if options.history:  # each worker writes its IP's file there: one run at a time
             stack.enter_context(Lock(os.path.join(options.history, ".lock")))
         store = Store(models)
@@ -385,8 +389,8 @@ def _write_output(out: str, rows: output.Rows, params: Params, info: dict) -> No
     the summary last. A stop asked for meanwhile waits for the three to be in place (_signals_deferred)."""
     files = [(out, rows.write_csv)]
     if params.several:
-        files.append((out + ".events.csv", rows.write_events))
-    files.append((out + ".summary.json", lambda path: output.write_summary(path, info)))
+        files.append((out + EVENTS, rows.write_events))
+    files.append((out + SUMMARY, lambda path: output.write_summary(path, info)))
     with _signals_deferred(), writing(out), replaced_together([path for path, _ in files]) as temporaries:
         for (path, write), temporary in zip(files, temporaries, strict=True):
             with writing(path):

@@ -25,7 +25,7 @@ import numpy as np
 from .. import extras
 from ..errors import IO_ERRORS, JobError, UsageError, first_line, writing
 from ..io import manifest
-from ..io.files import replaced, sync_folder, write_atomic
+from ..io.files import remove_leftovers, replaced, sync_folder, write_atomic
 from ..io.output import write_rows
 from ..io.store import MODEL_SUFFIXES, SAVING, Store
 from ..io.table import read_table
@@ -309,6 +309,8 @@ def _store_for(models: str, fmt: str, holdout: float) -> Store:
         os.makedirs(models, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make the store folder --models {models}: {exc.strerror or exc}") from None
+    for folder in ("model", "sc", "std"):  # what killed trainers were writing
+        remove_leftovers(os.path.join(models, folder))
     return Store(models)
 
 

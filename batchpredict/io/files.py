@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -70,6 +71,32 @@ def _temporary(folder: str, name: str, suffix: str) -> str:
         except FileExistsError:
             continue
         return tmp
+
+
+def remove_leftovers(folder: str, names: Iterable[str] | None = None) -> int:
+    """Remove the temporary files of `names` (None: of any file) in `folder` that processes no longer alive left
+    (a run killed half-way through replaced()); how many. Those of a live process are its own, being written."""
+    named = "|".join(re.escape(name) for name in names) if names is not None else ".+"
+    pattern = re.compile(rf"\.(?:{named})\.(\d+)-\d+(?:\.[^.]+)?")
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            found = pattern.fullmatch(entry.name)
+            if found and entry.is_file(follow_symlinks=False) and not _alive(int(found.group(1))):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def sync_folder(folder: str) -> None:

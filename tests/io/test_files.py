@@ -89,3 +89,22 @@ def test_a_set_that_fails_half_way_replaces_none_of_its_files(tmp_path: Path) ->
         raise RuntimeError("the disk filled")
     assert [p.read_text() for p in paths] == ["old\n", "old\n"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "a.csv.summary.json"]
+
+
+def test_the_temporaries_a_killed_process_left_are_removed_and_no_others(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from batchpredict.io.files import remove_leftovers
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    left = [f".a.csv.{dead}-0.tmp", f".a.csv.summary.json.{dead}-1.tmp", f".10.0.0.1.h5.{dead}-2.h5"]
+    kept = [f".a.csv.{os.getpid()}-3.tmp", "a.csv", ".10.0.0.1.saving", f".b.csv.{dead}-4.tmp"]
+    for name in left + kept:
+        (tmp_path / name).write_text("")
+    assert remove_leftovers(str(tmp_path), ["a.csv", "a.csv.events.csv", "a.csv.summary.json"]) == 2
+    assert remove_leftovers(str(tmp_path / "model")) == 0  # no such folder: nothing to do
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + [left[2]])
+    assert remove_leftovers(str(tmp_path)) == 2  # any file's: the .h5's and b.csv's
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept[:3])
