@@ -96,11 +96,13 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
     (["--out", ""], "takes a file's path, not an empty one"),
     (["--out", "{tmp}/o"], "takes a file's path, not a folder"),
     (["--out", "{tmp}/o/"], "takes a file's path, not a folder"),
+    (["--data", "{tmp}/t.csv", "--out", "{tmp}/t.csv"], "would write over the table it reads"),
 ])
 def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, args, message):
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "bad.parquet").write_bytes(b"PAR1" + bytes(100) + b"PAR1")
     (tmp_path / "o").mkdir()
+    (tmp_path / "t.csv").write_text(table.read_text())
     defaults = {"--data": str(table), "--models": str(store), "--out": str(tmp_path / "o" / "a.csv")}
     given = [a.format(tmp=tmp_path) for a in args]
     for flag, value in defaults.items():

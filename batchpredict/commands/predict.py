@@ -305,6 +305,8 @@ def _steps(data: str, models: str, out: str | None, params: Params, *, options: 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
         if out:  # before anything is read: a second run on the same output exits 75 at once
+            if any(os.path.realpath(out + suffix) == os.path.realpath(data) for suffix in OUTPUT_SUFFIXES):
+                raise UsageError(f"--out {out} would write over the table it reads, --data {data}")
             stack.enter_context(Lock(out + ".lock"))
             check_writable(out)  # before any job: a folder that takes no file exits 2, not after the night
             name = os.path.basename(out)

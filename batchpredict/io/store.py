@@ -67,6 +67,7 @@ class Store:
             raise JobError(Status.LOAD_ERROR, f"ambiguous model: {' and '.join(models)} both exist; keep one")
         if not models:
             folder = self._models
+            _no_special(folder, (*(ip + s for s in MODEL_SUFFIXES), ip))
             odd = [name for name in (*(ip + s for s in MODEL_SUFFIXES), ip) if name in folder.dirs]
             if odd:  # there, but not a model: worse than missing
                 what = "is a directory" if odd[0] != ip else f"is a directory without {SAVED_MODEL_FILE}"
@@ -81,6 +82,7 @@ class Store:
         rel = os.path.join(self._scalers.name, name)
         if name in self._scalers.dirs:
             raise JobError(Status.LOAD_ERROR, f"{rel} is a directory, not a scaler file")
+        _no_special(self._scalers, (name,))
         if name not in self._scalers.files:
             raise JobError(Status.NO_MODEL, f"no scaler {rel}")
         return rel
@@ -149,6 +151,13 @@ def _read_stds(root: str) -> dict:
     return data
 
 
+def _no_special(folder: _Folder, names: tuple[str, ...]) -> None:
+    """JobError(load_error) where one of `names` is there but is no file or folder (a worker would block on a FIFO)."""
+    for name in names:
+        if name in folder.others:
+            raise JobError(Status.LOAD_ERROR, f"{folder.name}/{name} is not a regular file")
+
+
 class _Folder:
     """One folder of the store as listed when the run starts: its files and directories by name (symlinks
     followed, as os.path.isfile does), and the names whose path resolves outside the store."""
@@ -158,6 +167,7 @@ class _Folder:
         self.path = os.path.join(root, name)
         self.files: set[str] = set()
         self.dirs: set[str] = set()
+        self.others: set[str] = set()
         self.stems: set[str] = set()  # every name, with and without its suffix
         self._escaping: set[str] = set()
         # A folder that is itself a link out of the store takes every path in it along.
@@ -173,6 +183,8 @@ class _Folder:
                         self.files.add(name)
                     elif entry.is_dir():
                         self.dirs.add(name)
+                    elif os.path.exists(entry.path):  # a FIFO, a socket, a device (a dangling link is missing)
+                        self.others.add(name)
         except OSError:  # missing, not a folder, unreadable: nothing in it, as os.path.isfile would say
             pass
 

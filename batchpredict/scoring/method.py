@@ -136,6 +136,7 @@ _KEYS = {ENSEMBLE: _LIKELIHOOD + ("tolerance", "extreme", "miss", "span", "quiet
 # The ensemble's likelihood pages at a tail of 10^-6.5: its other rules catch what a lower threshold did.
 _DEFAULTS: dict[str, dict[str, Any]] = {ENSEMBLE: {"threshold": 0.65}}
 _UNIT = ("threshold", "repeat")  # a score and a correlation: at most 1
+_LONGEST = 366 * DAY  # a span's most
 _OFF = ("miss",)  # 0 turns it off: every new extreme pages, as before the model was asked
 
 
@@ -181,10 +182,13 @@ def parse(text: str) -> Method | None:
 def _value(name: str, key: str, value: str) -> float:
     if key in SPANS:  # a duration, or a count of 5-minute buckets as before spans were in time
         try:
-            return parse_duration(value, bare=REFERENCE)
+            seconds = parse_duration(value, bare=REFERENCE)
         except ValueError as exc:
             raise ValueError(f"--alert {name}: {key} takes a duration (2d, 8h, 15m) or a count of 5-minute "
                              f"buckets: {exc}") from None
+        if seconds > _LONGEST:  # each worker holds a span's points: a typo of a few digits was terabytes
+            raise ValueError(f"--alert {name}: {key} is at most {duration(_LONGEST)}, not {value!r}")
+        return seconds
     try:
         number = float(value)
     except ValueError:

@@ -119,3 +119,13 @@ def test_a_store_json_file_that_is_no_data_file_of_the_store_is_one_error(root, 
     with pytest.raises(UsageError, match=f"{path}") as caught:
         Store(str(root))
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
+
+
+def test_a_model_or_scaler_that_is_a_fifo_is_a_load_error_not_missing(root):
+    (root / "model" / "a.h5").write_bytes(b"")
+    os.mkfifo(root / "model" / "b.h5")
+    (root / "sc" / "a.save").unlink()
+    os.mkfifo(root / "sc" / "a.save")
+    store = Store(str(root))
+    assert status_of(store, "a") == ("load_error", "sc/a.save is not a regular file")
+    assert status_of(store, "b") == ("load_error", "model/b.h5 is not a regular file")

@@ -34,6 +34,13 @@ def test_what_is_no_duration(text):
         parse_duration(text)
 
 
+@pytest.mark.parametrize("option", ["week=99999999999w", "window=367d", "rest=105409"])  # the last: buckets
+def test_an_alert_span_past_a_year_is_refused_not_allocated(option):
+    with pytest.raises(ValueError, match=r"^--alert ensemble: \w+ is at most 366d, not "):
+        parse(f"ensemble:{option}")
+    assert parse("ensemble:week=366d,day=1d") is not None
+
+
 def test_a_bare_number_counts_five_minute_buckets_where_allowed():
     assert parse_duration("12", bare=REFERENCE) == 3600
 
