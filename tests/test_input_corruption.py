@@ -230,7 +230,7 @@ def test_a_folder_that_takes_no_file_exits_2_before_any_job(tmp_path):
     done = run_cli("predict", "--data", REPO / "examples" / "stats.csv", "--models", REPO / "models",
                    "--out", blocker / "out" / "a.csv")
     assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and "beside --out" in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot create the lock" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_failed_write_of_the_summary_leaves_the_earlier_output_whole(tmp_path, monkeypatch):

@@ -99,7 +99,8 @@ def _line(record: dict) -> bytes:
 
 
 class Lock:
-    """flock on `<out>.lock`: the kernel drops it when its holder dies, so no lock goes stale."""
+    """flock on `<out>.lock` (or `<history>/.lock`): the kernel drops it when its holder dies, so no lock goes
+    stale."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -110,12 +111,12 @@ class Lock:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise UsageError(f"cannot create {self.path} beside --out: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot create the lock {self.path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise LockHeld(f"another run holds {self.path}; it is writing the same output") from None
+            raise LockHeld(f"another run holds {self.path}; it is writing the same files") from None
         with contextlib.suppress(OSError):  # the pid is for a person to read; a full disk is the journal's to say
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
