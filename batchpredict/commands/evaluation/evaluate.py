@@ -218,6 +218,9 @@ def _match(points: pd.DataFrame, marks: Labels, warnings: list[str]) -> tuple[pd
             raise UsageError("every IP of the results has unusable labels: "
                              + "; ".join(f"{ip}: {why}" for ip, why in marks.excluded.items()))
     scored = set(ips)
+    if marks.windows and scored.isdisjoint(marks.windows):  # the wrong labels for these results: nothing to judge
+        raise UsageError(f"no label id names an IP of the results: labels for {_some(list(marks.windows), 3)}; "
+                         f"results for {_some(ips, 3)}")
     unmatched = {"label_ids_not_in_results": [ident for ident in marks.windows if ident not in scored],
                  "ips_without_labels": [ip for ip in ips if ip not in marks.windows and ip not in marks.excluded]}
     if unmatched["label_ids_not_in_results"]:

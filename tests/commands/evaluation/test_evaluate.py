@@ -215,6 +215,9 @@ def test_unusable_input_is_a_usage_error(case, tmp_path):
     table.write_text("ip,timestamp,value\n" + "".join(f"a,{stamp(i - 4)},1\n" for i in range(16)))
     with pytest.raises(UsageError, match="--data has no IP b"):
         evaluate(results, labels, baseline="zscore", data=str(table))
+    other = labels_csv(tmp_path / "other.csv", [("x", stamp(0), stamp(2))])
+    with pytest.raises(UsageError, match="^no label id names an IP of the results: labels for x; results for a, b"):
+        evaluate(results, str(other))
 
 
 def test_cli_prints_the_table_writes_csv_and_json_and_exits_0(case, tmp_path):
