@@ -427,6 +427,25 @@ def test_long_bad_lines_and_timestamps_that_do_not_parse(tmp_path):
     assert table.last_label() == "2026-01-03"
 
 
+def test_rows_vote_for_the_kind_of_timestamps_not_distinct_stamps(tmp_path):
+    """Three IPs share two dates; one IP's exporter writes epoch seconds, more distinct stamps than the
+    dates but fewer rows: the table is dates, and only that IP is lost, saying why."""
+    rows = [f"{ip},2026-01-0{day},{day}" for ip in "abc" for day in (1, 2)]
+    rows += [f"e,{1767225600 + 3600 * hour},{hour}" for hour in range(4)]
+    table = read_table(write(tmp_path, "ip,timestamp,value\n" + "\n".join(rows) + "\n"))
+    assert [(s.ip, s.labels, list(s.values), s.problem) for s in table[:3]] == [
+        (ip, ["2026-01-01", "2026-01-02"], [1.0, 2.0], "") for ip in "abc"]
+    assert table[3].problem == "its timestamps are numbers where the table's are dates (4, the first on line 8: " \
+                               "'1767225600')"
+
+
+def test_an_ip_none_of_whose_timestamps_reads_says_so(tmp_path):
+    text = "ip,timestamp,value\na,1,1\na,2,2\nb,oops,3\nb,2026-01-01,4\nc,3,5\n"
+    table = {s.ip: s for s in read_table(write(tmp_path, text))}
+    assert table["b"].problem == "its timestamps are unreadable as numbers (2, the first on line 4: 'oops')"
+    assert not table["a"].problem and not table["c"].problem and table["c"].labels == ["3"]
+
+
 def test_parquet_text_cells_that_are_not_numbers_are_named(tmp_path):
     frame = pd.DataFrame({"ip": ["x", "y"], "a": ["1", "oops"], "b": [1.0, 2.0]})
     table = read_table(parquet_of(frame, tmp_path / "t.parquet"))
