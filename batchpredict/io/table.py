@@ -133,16 +133,25 @@ class Table:
 
     def _wide(self) -> Iterator[list[Series]]:
         start = good = 0
+        # Each chunk goes out once the next one is read: a table of one chunk is checked whole (_some_good,
+        # _some_once) before its first series is planned, and a duplicate one chunk down is known before its job.
+        ahead: list[Series] | None = None
         for ids, block, notes in self.file.wide_chunks():
             if notes.lines is None and not notes.unreadable:
-                yield self._first_appearances(ids, block, start)
+                found = self._first_appearances(ids, block, start)
             else:
-                yield self._noted_appearances(ids, block, notes)
+                found = self._noted_appearances(ids, block, notes)
             start += len(ids)
             good += len(ids) - len(notes.bad)
+            if ahead is not None:
+                yield ahead
+            ahead = found
         if not start and not self.bad_lines:
             raise UsageError(self._empty())
         self._some_good(good)
+        self._some_once()
+        if ahead is not None:
+            yield ahead
 
     def _some_good(self, good: int) -> None:
         """A table none of whose lines has the header's fields is read wrong as a whole (a header with a
@@ -152,6 +161,18 @@ class Table:
             first = min(self.line_problems.values(), key=lambda problem: int(problem.split(":")[0].split()[1]),
                         default=self.lost_lines[0].problem(self.width) if self.lost_lines else "")
             raise UsageError(f"no line of table {self.path} has the header's {self.width} fields ({first})")
+
+    def _some_once(self) -> None:
+        """A wide table every IP of which is on several lines is a long table read as wide (a column past
+        ip,timestamp,value, or --layout wide): the run stops, not a night of invalid_input rows that exits 0."""
+        if not self._first_lines or len(self.duplicates) < len(self._first_lines):
+            return
+        ip, lines = min(self.duplicates.items(), key=lambda item: item[1][0])
+        names = tuple(h.strip().lower() for h in self.file.header)
+        fix = ("leave out --layout wide" if names in LONG_COLUMNS
+               else "a long table has exactly the columns ip,timestamp,value (or unique_id,ds,y)")
+        raise UsageError(f"every IP of table {self.path} is on several lines ({ip} on {len(lines)}): it looks like "
+                         f"a long table (ip,timestamp,value[,...]) read as wide; {fix}")
 
     def _first_appearances(self, ids: list[str], block: np.ndarray, start: int) -> list[Series]:
         found = []
