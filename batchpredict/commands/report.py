@@ -21,7 +21,7 @@ import pandas as pd
 from ..errors import JobError, UsageError
 from ..io.files import write_atomic
 from ..io.output import events
-from ..io.readers import read_text_csv
+from ..io.readers import read_text_records
 from ..io.table import read_table
 from ..job import Params
 from ..result import Severity, Status
@@ -56,7 +56,10 @@ def verdict(done: Report) -> Verdict:
 
 def read_results(path: str) -> tuple[pd.DataFrame, tuple[float, float]]:
     """The results CSV with numeric columns as numbers, and the sigmas its band columns name."""
-    frame = read_text_csv(path, "results")
+    frame, bad = read_text_records(path, "results")
+    if bad:  # a file batchpredict wrote has none: it was edited or cut, and its columns cannot be trusted
+        raise UsageError(f"results {path}: {bad[0].problem(len(frame.columns))}"
+                         + (f" (and {len(bad) - 1} more such lines)" if len(bad) > 1 else ""))
     sigmas = tuple(float(m.group(1)) for c in frame.columns if (m := re.fullmatch(r"lower_(.+)std", c)))
     missing = {"ip", "timestamp", "observed", "predicted", "std", "status", "severity", "duration_ms"} - set(frame)
     if missing or len(sigmas) != 2:

@@ -1,4 +1,5 @@
 """The HTML report of a run with every status: counts, failures, one valid plot per anomaly, in Chromium."""
+import csv
 import re
 import shutil
 import subprocess
@@ -103,6 +104,19 @@ def test_unusable_results_exit_2(every_status_run, tmp_path, results, message):
     (tmp_path / "t.csv").write_text("a,b\n1,2\n")
     done = run_cli("report", "--results", tmp_path / results, "--data", every_status_run.table, "--out", tmp_path / "r")
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("edit", [lambda line: line + ",", lambda line: ",".join(line.split(",")[:-3])])
+def test_results_with_a_line_of_other_fields_exit_2_naming_it(every_status_run, tmp_path, edit):
+    """A stray comma on the first row made pandas read every column one to the left: '1 IPs, 0 anomalous'."""
+    lines = every_status_run.out.read_text().splitlines()
+    lines[1] = edit(lines[1])
+    results = tmp_path / "r.csv"
+    results.write_text("\n".join(lines) + "\n")
+    done = run_cli("report", "--results", results, "--data", every_status_run.table, "--out", tmp_path / "r")
+    fields, width = (len(next(csv.reader([line]))) for line in lines[1::-1])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"batchpredict: results {results}: line 2: {fields} fields, the header has {width}\n"
 
 
 def rendered_body(page: Path, tmp_path: Path) -> dict[str, str]:
