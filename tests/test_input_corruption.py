@@ -224,6 +224,19 @@ def test_a_long_tables_bad_lines_and_timestamps(tmp_path):
                                   runs["clean"].frame.loc[same].drop(columns=TIMING))
 
 
+@pytest.mark.parametrize(("header", "extra", "layout"), [("ip,timestamp,value,source", ",exporter-3", []),
+                                                        ("ip,timestamp,value", "", ["--layout", "wide"])])
+def test_a_long_table_read_as_wide_exits_2_with_one_line(tmp_path, header, extra, layout):
+    """A column past ip,timestamp,value (or --layout wide) made every IP a duplicate: invalid_input for all, exit 0."""
+    table = tmp_path / "long.csv"
+    table.write_text(header + "\n" + "".join(f"{line}{extra}\n" for line in long_lines(["10.0.0.10", "10.0.0.11"])))
+    out = tmp_path / "out" / "a.csv"
+    done = run_cli("predict", "--data", table, "--models", REPO / "models", "--out", out, *layout)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "looks like a long table (ip,timestamp,value[,...]) read as wide" in done.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["a.csv.lock"]
+
+
 def test_a_folder_that_takes_no_file_exits_2_before_any_job(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")

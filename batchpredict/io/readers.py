@@ -166,8 +166,31 @@ _TEXT = dict(keep_default_na=False, skipinitialspace=True)  # every cell as writ
 
 def read_text_csv(path: str, what: str, **options: Any) -> pd.DataFrame:
     """A whole CSV with every cell as written; UsageError naming `what` when it cannot be read at all."""
+    # index_col=False: a first line longer than the header would make the first column the index, shifting all.
     with _readable(path, what, _CSV_ERRORS):
-        return pd.read_csv(path, dtype=str, **{**_TEXT, **options})
+        return pd.read_csv(path, dtype=str, index_col=False, **{**_TEXT, **options})
+
+
+def read_text_records(path: str, what: str) -> tuple[pd.DataFrame, list[BadLine]]:
+    """read_text_csv with each line read against the header, as the stats table's are (docs/design.md §2): the
+    rows of lines of other fields than the header's left out, and those lines, in file order. UsageError when
+    no line has the header's fields: the file is read wrong as a whole."""
+    with _readable(path, what, _CSV_ERRORS):
+        lines = Lines(path)
+        try:
+            limit = max(lines.width or 0, lines.first_fields() or 0)  # the parser's width (CsvFile.limit)
+            with warnings.catch_warnings():  # pandas' warning names no line: the lines below do
+                warnings.simplefilter("ignore", pd.errors.ParserWarning)
+                frame = read_text_csv(path, what, on_bad_lines="skip")  # longer lines are left out, found below
+            _, bad, absent = lines.take(len(frame), limit)
+            rest = lines.rest()
+        finally:
+            lines.close()
+    found = sorted([*bad.values(), *(line for _, line in absent), *rest], key=lambda line: line.line)
+    if found and len(bad) == len(frame):
+        raise UsageError(f"no line of {what} {path} has the header's {len(frame.columns)} fields "
+                         f"({found[0].problem(len(frame.columns))})")
+    return frame.drop(index=list(bad)).reset_index(drop=True), found
 
 
 class CsvFile:

@@ -133,16 +133,25 @@ class Table:
 
     def _wide(self) -> Iterator[list[Series]]:
         start = good = 0
+        # Each chunk goes out once the next one is read: a table of one chunk is checked whole (_some_good,
+        # _some_once) before its first series is planned, and a duplicate one chunk down is known before its job.
+        ahead: list[Series] | None = None
         for ids, block, notes in self.file.wide_chunks():
             if notes.lines is None and not notes.unreadable:
-                yield self._first_appearances(ids, block, start)
+                found = self._first_appearances(ids, block, start)
             else:
-                yield self._noted_appearances(ids, block, notes)
+                found = self._noted_appearances(ids, block, notes)
             start += len(ids)
             good += len(ids) - len(notes.bad)
+            if ahead is not None:
+                yield ahead
+            ahead = found
         if not start and not self.bad_lines:
             raise UsageError(self._empty())
         self._some_good(good)
+        self._some_once()
+        if ahead is not None:
+            yield ahead
 
     def _some_good(self, good: int) -> None:
         """A table none of whose lines has the header's fields is read wrong as a whole (a header with a
@@ -152,6 +161,18 @@ class Table:
             first = min(self.line_problems.values(), key=lambda problem: int(problem.split(":")[0].split()[1]),
                         default=self.lost_lines[0].problem(self.width) if self.lost_lines else "")
             raise UsageError(f"no line of table {self.path} has the header's {self.width} fields ({first})")
+
+    def _some_once(self) -> None:
+        """A wide table every IP of which is on several lines is a long table read as wide (a column past
+        ip,timestamp,value, or --layout wide): the run stops, not a night of invalid_input rows that exits 0."""
+        if not self._first_lines or len(self.duplicates) < len(self._first_lines):
+            return
+        ip, lines = min(self.duplicates.items(), key=lambda item: item[1][0])
+        names = tuple(h.strip().lower() for h in self.file.header)
+        fix = ("leave out --layout wide" if names in LONG_COLUMNS
+               else "a long table has exactly the columns ip,timestamp,value (or unique_id,ds,y)")
+        raise UsageError(f"every IP of table {self.path} is on several lines ({ip} on {len(lines)}): it looks like "
+                         f"a long table (ip,timestamp,value[,...]) read as wide; {fix}")
 
     def _first_appearances(self, ids: list[str], block: np.ndarray, start: int) -> list[Series]:
         found = []
@@ -301,7 +322,8 @@ class LongPoints:
         keep[self.bad_rows] = False
         used = np.zeros(len(labels), dtype=bool)
         used[stamp_codes[keep]] = True
-        self._ranks, odd_stamps = _order_ranks(np.where(used, labels, np.nan))
+        rows_of = np.bincount(stamp_codes[keep], minlength=len(labels))
+        self._ranks, odd_stamps, kind = _order_ranks(np.where(used, labels, np.nan), rows_of)
         self._unused = set(np.flatnonzero(~used | odd_stamps).tolist())
         odd_stamp_rows = np.flatnonzero(keep & odd_stamps[stamp_codes])
         keep[odd_stamp_rows] = False  # a point that cannot be placed in time is left out, and named
@@ -313,6 +335,8 @@ class LongPoints:
         bounds = np.searchsorted(group[order], np.arange(len(names) + 1))
         starts, ends = bounds[:-1], bounds[1:]
         odd = self._unreadable(group, odd_stamp_rows, labels[stamp_codes[odd_stamp_rows]], len(names))
+        unplaced = self._unplaced(group[odd_stamp_rows], odd_stamp_rows, labels[stamp_codes[odd_stamp_rows]],
+                                  lost=np.flatnonzero(starts == ends), kind=kind)
         # Parquet's numbers are typed; CSV's text may read otherwise as a series (readers.integer_groups).
         kept = (group, values) if clean else (group[order], values[order])
         exact = (_series_cells(file, order, starts, ends, groups=integer_groups(*kept, len(names)))
@@ -323,7 +347,7 @@ class LongPoints:
             rows = order[a:b]
             point_labels = labels[stamp_codes[rows]].tolist()
             dup = np.flatnonzero(rank[rows][1:] == rank[rows][:-1])
-            problem = problems.get(names[g], "")
+            problem = problems.get(names[g], "") or unplaced.get(g, "")
             if not problem and len(dup):
                 problem = f"duplicate timestamp {point_labels[dup[0] + 1]!r} for this IP"
             series_values = text_numbers(exact[g]) if g in exact else values[rows]
@@ -334,6 +358,26 @@ class LongPoints:
                 chunk = []
         if chunk:
             yield chunk
+
+    def _unplaced(self, groups: np.ndarray, rows: np.ndarray, texts: np.ndarray, *, lost: np.ndarray,
+                  kind: str) -> dict[int, str]:
+        """The problem of each group in `lost` (no row left: each left out for its timestamp, `rows` of `groups`):
+        whether its timestamps are of the other kind (an exporter writing epoch seconds among dates)."""
+        mine = np.isin(groups, lost)
+        if not mine.any():
+            return {}
+        groups, rows, texts = groups[mine], rows[mine], texts[mine]
+        other = OTHER_KIND[kind]
+        read = KINDS[other](pd.Series(texts, dtype=object))
+        of_other = read.notna().to_numpy() if read is not None else np.zeros(len(texts), dtype=bool)
+        counts, unlike = np.bincount(groups), np.bincount(groups, weights=~of_other)
+        found, first = np.unique(groups, return_index=True)
+        problems = {}
+        for g, at in zip(found.tolist(), first.tolist(), strict=True):
+            text = texts[at] if isinstance(texts[at], str) else ""
+            how = f"{other} where the table's are {kind}" if not unlike[g] else f"unreadable as {kind}"
+            problems[g] = f"its timestamps are {how} ({counts[g]}, the first on {self.where(int(rows[at]))}: {text!r})"
+        return problems
 
     def _unreadable(self, group: np.ndarray, stamp_rows: np.ndarray, stamp_texts: np.ndarray,
                     groups: int) -> dict[int, tuple[int, str, str]]:
@@ -359,34 +403,46 @@ def _recode(index: dict, codes: np.ndarray, uniques: list) -> np.ndarray:
     return mapping[codes]
 
 
-def _order_ranks(stamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each distinct timestamp's rank in time order (docs/design.md §2), missing ones last; and which ones do
-    not parse (NaN: no row has it)."""
-    keys, odd = _order_key(pd.Series(stamps, dtype=object))
-    return keys.rank(method="dense", na_option="bottom").to_numpy(dtype=np.int64), odd
+def _order_ranks(stamps: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+    """Each distinct timestamp's rank in time order (docs/design.md §2), missing ones last; which ones do not
+    parse (NaN: no row has it); and the kind they are read as. `rows`: how many rows hold each."""
+    keys, odd, kind = _order_key(pd.Series(stamps, dtype=object), rows)
+    return keys.rank(method="dense", na_option="bottom").to_numpy(dtype=np.int64), odd, kind
 
 
-def _order_key(stamps: pd.Series) -> tuple[pd.Series, np.ndarray]:
-    """Numbers when more than half are numbers, else dates when more than half parse as dates, else text
-    (docs/design.md §2); with numbers or dates, the timestamps that are not one (`oops`, `not a time`, an
-    empty cell) are unreadable (the array's True)."""
-    present = stamps.notna().to_numpy()
-    numbers = pd.to_numeric(stamps, errors="coerce")
-    if _most(numbers, present):
-        return numbers, present & numbers.isna().to_numpy()
+def _numbers(stamps: pd.Series) -> pd.Series | None:
+    return pd.to_numeric(stamps, errors="coerce")
+
+
+def _dates(stamps: pd.Series) -> pd.Series | None:
     try:
-        dates = pd.to_datetime(stamps, errors="coerce", format="mixed", utc=True)
+        return pd.to_datetime(stamps, errors="coerce", format="mixed", utc=True)
     except (ValueError, TypeError, OverflowError):
-        dates = None
-    if dates is not None and _most(dates, present):
-        return dates, present & dates.isna().to_numpy()
-    return stamps, np.zeros(len(stamps), dtype=bool)
+        return None
 
 
-def _most(read: pd.Series, present: np.ndarray) -> bool:
-    """Every present timestamp was read, or more than half of them."""
+# Numbers first: `2026` is both.
+KINDS: dict[str, Callable[[pd.Series], pd.Series | None]] = {"numbers": _numbers, "dates": _dates}
+OTHER_KIND = {"numbers": "dates", "dates": "numbers"}
+
+
+def _order_key(stamps: pd.Series, rows: np.ndarray) -> tuple[pd.Series, np.ndarray, str]:
+    """Numbers when more than half of the rows' timestamps are numbers, else dates when more than half parse
+    as dates, else text (docs/design.md §2); with numbers or dates, the timestamps that are not one (`oops`,
+    `not a time`, an empty cell) are unreadable (the array's True). Rows vote, not distinct timestamps: two
+    IPs of epoch seconds hold more distinct stamps than thirty IPs sharing dates."""
+    present = stamps.notna().to_numpy()
+    for kind, read in KINDS.items():
+        keys = read(stamps)
+        if keys is not None and _most(keys, present, rows):
+            return keys, present & keys.isna().to_numpy(), kind
+    return stamps, np.zeros(len(stamps), dtype=bool), "text"
+
+
+def _most(read: pd.Series, present: np.ndarray, rows: np.ndarray) -> bool:
+    """Every present timestamp was read, or those of more than half of the rows."""
     found = read.notna().to_numpy()
-    return bool(present.any() and (found[present].all() or found.sum() * 2 > present.sum()))
+    return bool(present.any() and (found[present].all() or rows[found].sum() * 2 > rows[present].sum()))
 
 
 def _series_cells(file: CsvFile, order: np.ndarray, starts: np.ndarray, ends: np.ndarray, *,

@@ -43,6 +43,22 @@ def test_long_layout_in_any_row_order_and_exact_25_values(store, tmp_path):
     assert set(frame["timestamp"]) == {"2026-01-02T00:00"}
 
 
+def test_a_few_ips_of_epoch_seconds_in_a_long_table_of_dates_cost_only_themselves(store, tmp_path):
+    """Their distinct stamps outnumber the dates every other IP shares: the rows decide the table's kind."""
+    data = {ip: series_for(ip, 25) for ip in BASE_IPS}
+    epoch = BASE_IPS[-2:]
+    rows = [(ip, str(1767225600 + 3600 * h + k) if ip in epoch else f"2026-01-{1 + h // 24:02d}T{h % 24:02d}:00", v)
+            for k, ip in enumerate(BASE_IPS) for h, v in enumerate(data[ip])]
+    path = tmp_path / "long.csv"
+    pd.DataFrame(rows, columns=["ip", "timestamp", "value"]).to_csv(path, index=False)
+    frame = predict_table(str(path), str(store)).set_index("ip")
+    dated = frame.drop(epoch)
+    assert (dated["status"] == "ok").all()
+    assert dated["observed"].tolist() == pytest.approx([data[ip][-5:].mean() for ip in dated.index], rel=1e-12)
+    assert frame.loc[epoch, "status"].tolist() == ["invalid_input"] * 2
+    assert frame.loc[epoch[0], "error"].startswith("its timestamps are numbers where the table's are dates (25, ")
+
+
 def test_short_series_in_long_layout_is_insufficient(base_store, tmp_path):
     path = tmp_path / "long.csv"
     rows = [f"{BASE_IPS[0]},{t},{v}" for t, v in enumerate(series_for(BASE_IPS[0])[:24])]

@@ -23,6 +23,7 @@ from batchpredict.io.readers import (
     integer_rows,
     open_table_file,
     read_text_csv,
+    read_text_records,
     row_numbers,
     text_numbers,
 )
@@ -142,6 +143,17 @@ def test_read_text_csv_keeps_every_cell_as_written_past_leading_spaces(tmp_path)
         read_text_csv(str(tmp_path / "nope.csv"), "std file")
     with pytest.raises(UsageError, match=r"^cannot read std file .*: \[Errno 21\] Is a directory"):
         read_text_csv(str(tmp_path), "std file")
+
+
+def test_read_text_records_reads_every_line_against_the_header(tmp_path):
+    """A first line with a stray comma shifts nothing (pandas made the first column the index): it, a short line
+    and lines longer still are left out and named, each by its physical line."""
+    frame, bad = read_text_records(write(tmp_path, "ip,a,b\nx,1,2,\ny,3,4\n\nz,5\nw,6,7,8,9\nv,8,9\n"), "labels")
+    assert frame.columns.tolist() == ["ip", "a", "b"] and frame.values.tolist() == [["y", "3", "4"], ["v", "8", "9"]]
+    assert [(line.line, line.fields, line.first) for line in bad] == [(2, 4, "x"), (5, 2, "z"), (6, 5, "w")]
+    with pytest.raises(UsageError, match=r"^no line of labels .* has the header's 3 fields \(line 2: 4 fields, "
+                                         r"the header has 3\)$"):
+        read_text_records(write(tmp_path, "ip,a,b\nx,1,2,\ny,3,4,\n", "all.csv"), "labels")
 
 
 # --- CSV in chunks ---

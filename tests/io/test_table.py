@@ -94,8 +94,12 @@ def same_numbers(a, b):
 
 
 def check_wide(path):
-    table = read_table(str(path))
     expected = reference_wide(path)
+    if all(lines for _, _, lines in expected):  # a long table read as wide, as far as anyone can tell
+        with pytest.raises(UsageError, match="every IP of table .* is on several lines"):
+            read_table(str(path))
+        return
+    table = read_table(str(path))
     assert [s.ip for s in table] == [ip for ip, _, _ in expected]
     for series, (ip, values, lines) in zip(table, expected):
         assert same_numbers(series.values, values), (ip, series.values, values)
@@ -130,6 +134,27 @@ def test_chunks_of_any_size_read_as_the_whole_file_row_by_row(tmp_path, monkeypa
         text = "ip," + ",".join(f"b{j}" for j in range(width)) + "\n" + "".join(
             ",".join([ids[r]] + [random_cell(rng, integers) for _ in range(width)]) + "\n" for r in range(rows))
         check_wide(write(tmp_path, text, f"w{trial}.csv"))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 10_000])
+@pytest.mark.parametrize(("header", "layout", "fix"), [
+    ("ip,timestamp,value,extra", None, "a long table has exactly the columns ip,timestamp,value"),
+    ("ip,timestamp,value", "wide", "leave out --layout wide")])
+def test_a_long_table_read_as_wide_is_unusable_not_a_night_of_duplicates(tmp_path, monkeypatch, rows, header,
+                                                                           layout, fix):
+    """Every IP on several lines: exit 2 naming the likely cause, whatever the chunks, not invalid_input for all."""
+    monkeypatch.setattr(readers, "CHUNK_ROWS", rows)
+    extra = ",x" * (header.count(",") - 2)
+    text = header + "\n" + "".join(f"h{ip},2026-01-01T{hour:02d}:00,{hour}{extra}\n" for ip in range(3)
+                                   for hour in range(4))
+    with pytest.raises(UsageError, match=rf"^every IP of table .* is on several lines \(h0 on 4\): it looks like a "
+                                         rf"long table \(ip,timestamp,value\[,\.\.\.\]\) read as wide; {fix}"):
+        read_table(write(tmp_path, text), layout=layout)
+
+
+def test_a_wide_table_with_one_ip_on_one_line_is_read(tmp_path):
+    table = read_table(write(tmp_path, "ip,a\nx,1\nx,2\ny,3\n"))
+    assert [(s.ip, bool(s.problem)) for s in table] == [("x", True), ("y", False)]
 
 
 def test_a_duplicate_chunks_apart_lists_every_line(tmp_path, monkeypatch):
@@ -308,7 +333,7 @@ def unreadable_reference(cells):
 def check_lines(path):
     header, records = reference_records(path)
     width = len(header)
-    expected, lost = {}, []
+    expected, lost, seen = {}, [], {}
     for line, fields in records:
         ip = fields[0].strip()
         if len(fields) != width:
@@ -324,7 +349,12 @@ def check_lines(path):
                             "odd": (len(odd), line, odd[0]) if odd else None}
         else:
             expected[ip].setdefault("again", True)
+        seen[ip] = seen.get(ip, 0) + 1
     table = Table(str(path))
+    if seen and min(seen.values()) > 1 and any(len(f) == width for _, f in records):
+        with pytest.raises(UsageError, match="every IP of table .* is on several lines"):
+            list(table.chunks())
+        return
     series = [s for chunk in table.chunks() for s in chunk]
     assert [s.ip for s in series] == list(expected)  # nothing shifted, nothing lost, nothing made up
     for s in series:
@@ -425,6 +455,25 @@ def test_long_bad_lines_and_timestamps_that_do_not_parse(tmp_path):
     assert series["d"].problem == "line 9: 2 fields, the header has 3"
     assert [line.line for line in table.lost_lines] == [10] and table.bad_lines == 3
     assert table.last_label() == "2026-01-03"
+
+
+def test_rows_vote_for_the_kind_of_timestamps_not_distinct_stamps(tmp_path):
+    """Three IPs share two dates; one IP's exporter writes epoch seconds, more distinct stamps than the
+    dates but fewer rows: the table is dates, and only that IP is lost, saying why."""
+    rows = [f"{ip},2026-01-0{day},{day}" for ip in "abc" for day in (1, 2)]
+    rows += [f"e,{1767225600 + 3600 * hour},{hour}" for hour in range(4)]
+    table = read_table(write(tmp_path, "ip,timestamp,value\n" + "\n".join(rows) + "\n"))
+    assert [(s.ip, s.labels, list(s.values), s.problem) for s in table[:3]] == [
+        (ip, ["2026-01-01", "2026-01-02"], [1.0, 2.0], "") for ip in "abc"]
+    assert table[3].problem == "its timestamps are numbers where the table's are dates (4, the first on line 8: " \
+                               "'1767225600')"
+
+
+def test_an_ip_none_of_whose_timestamps_reads_says_so(tmp_path):
+    text = "ip,timestamp,value\na,1,1\na,2,2\nb,oops,3\nb,2026-01-01,4\nc,3,5\n"
+    table = {s.ip: s for s in read_table(write(tmp_path, text))}
+    assert table["b"].problem == "its timestamps are unreadable as numbers (2, the first on line 4: 'oops')"
+    assert not table["a"].problem and not table["c"].problem and table["c"].labels == ["3"]
 
 
 def test_parquet_text_cells_that_are_not_numbers_are_named(tmp_path):

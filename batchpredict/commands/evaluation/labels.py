@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UsageError
-from ...io.readers import read_text_csv
+from ...io.readers import read_text_records
 
 CSV_COLUMNS = ("ip", "start", "end")
 NAT = np.iinfo(np.int64).min  # what numpy's NaT is as int64
@@ -67,11 +67,11 @@ def read_labels(path: str) -> Labels:
         raise UsageError(f"labels not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read labels {path}: {exc}") from None
-    pairs = _json_pairs(text, path) if text.lstrip().startswith("{") else _csv_pairs(path)
-    shapes = {ident: _shape(windows) for ident, (_, windows) in pairs.items()}
+    labels, merged_ids = Labels(), []
+    pairs, broken = (_json_pairs(text, path), {}) if text.lstrip().startswith("{") else _csv_pairs(path, labels)
+    shapes = {ident: broken.get(ident) or _shape(windows) for ident, (_, windows) in pairs.items()}
     times = iter(parse_times([value for ident, (_, windows) in pairs.items() if not shapes[ident]
                               for window in windows for value in window]).reshape(-1, 2))
-    labels, merged_ids = Labels(), []
     for ident, (keys, windows) in pairs.items():
         if len(keys) > 1:
             labels.warnings.append(f"labels {', '.join(keys)} all name id {ident}; their windows are combined")
@@ -109,8 +109,10 @@ def _json_pairs(text: str, path: str) -> dict[str, tuple[list[str], list]]:
     return pairs
 
 
-def _csv_pairs(path: str) -> dict[str, tuple[list[str], list]]:
-    frame = read_text_csv(path, "labels", skipinitialspace=True)
+def _csv_pairs(path: str, labels: Labels) -> tuple[dict[str, tuple[list[str], list]], dict[str, str]]:
+    """The windows per IP, and the IPs of lines of other fields than the header's with the first such line:
+    as in the stats table (docs/design.md §2), such a line costs its own IP, which is left out."""
+    frame, bad = read_text_records(path, "labels")
     names = [c.strip().lower() for c in frame.columns]
     if tuple(names) != CSV_COLUMNS:
         raise UsageError(f"labels {path}: a CSV needs exactly the columns ip,start,end (or is NAB JSON), "
@@ -120,7 +122,14 @@ def _csv_pairs(path: str) -> dict[str, tuple[list[str], list]]:
     pairs: dict[str, tuple[list[str], list]] = {}
     for ip, group in frame.groupby(frame["ip"].str.strip(), sort=False):
         pairs[ip] = ([ip], group[["start", "end"]].values.tolist())
-    return pairs
+    broken: dict[str, str] = {}
+    for line in bad:
+        if line.first:
+            pairs.setdefault(line.first, ([line.first], []))
+            broken.setdefault(line.first, line.problem(len(CSV_COLUMNS)))
+        else:
+            labels.warnings.append(f"labels {path}: {line.problem(len(CSV_COLUMNS))}, and no IP: left out")
+    return pairs, broken
 
 
 def _shape(windows: list) -> str:

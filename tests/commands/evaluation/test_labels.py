@@ -74,6 +74,24 @@ def test_a_bad_window_leaves_its_id_out_with_a_warning_and_the_rest_is_scored(tm
     assert "overlapping windows merged for 1 ids: d" in labels.warnings
 
 
+def test_a_line_of_other_fields_leaves_its_ip_out_and_shifts_nothing(tmp_path):
+    """A trailing comma on the first line made pandas read every start as the IP; as in the stats table, such a
+    line costs its own IP, and one without an IP is named."""
+    path = tmp_path / "l.csv"
+    path.write_text("ip,start,end\n"
+                    "a,2014-01-01 00:00,2014-01-01 01:00,\n"
+                    "b,2014-01-02 00:00,2014-01-02 01:00\n"
+                    "a,2014-01-03 00:00,2014-01-03 01:00\n"
+                    ",2014-01-01 00:00,2014-01-01 01:00,x\n")
+    labels = read_labels(str(path))
+    assert set(labels.windows) == {"b"} and labels.excluded == {"a": "line 2: 4 fields, the header has 3"}
+    assert labels.windows["b"].tolist() == [[ns("2014-01-02T00:00"), ns("2014-01-02T01:00")]]
+    assert f"labels {path}: line 5: 4 fields, the header has 3, and no IP: left out" in labels.warnings
+    path.write_text("ip,start,end\na,2014-01-01 00:00,2014-01-01 01:00,\nb,2014-01-02 00:00,2014-01-02 01:00,\n")
+    with pytest.raises(UsageError, match=r"^no line of labels .* has the header's 3 fields \(line 2: "):
+        read_labels(str(path))
+
+
 def test_two_keys_naming_one_id_are_combined(tmp_path):
     path = tmp_path / "l.json"
     path.write_text(json.dumps({"x/h.csv": [["2014-01-01", "2014-01-02"]], "y/h.csv": [["2014-02-01", "2014-02-02"]]}))
