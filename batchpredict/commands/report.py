@@ -18,7 +18,7 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from ..errors import JobError, UsageError
+from ..errors import JobError, UsageError, writing
 from ..io.files import write_atomic
 from ..io.output import events
 from ..io.readers import read_text_records
@@ -74,14 +74,12 @@ def build_report(results: str, data: str, out_dir: str, top: int = 100, *, param
     """Write `out_dir/index.html` and `out_dir/plots/*.png` for the `top` most anomalous IPs, each
     plot showing every point of the IP that was scored, flagged ones marked."""
     frame, sigmas = read_results(results)
+    if frame.empty:  # a --since run that found nothing after its label writes only the header
+        raise UsageError(f"{results} has no rows to report")
     anomalous = _ranked_anomalies(frame)
     plotted = list(dict.fromkeys(anomalous["ip"]))[:top]  # each IP ranked by its worst point
     series = {s.ip: s for s in read_table(data, layout, ips=set(plotted))}
-    plots_dir = os.path.join(out_dir, PLOTS)
-    os.makedirs(plots_dir, exist_ok=True)
-    for old in os.listdir(plots_dir):  # a previous report's plots would linger unlinked
-        if old.endswith(".png"):
-            os.unlink(os.path.join(plots_dir, old))
+    _plots_folder(out_dir)
     scored = frame[frame["ip"].isin(plotted) & frame["predicted"].notna()]
     points = dict(tuple(scored.groupby("ip", sort=False)))
     images: dict[str, str] = {}
@@ -91,16 +89,33 @@ def build_report(results: str, data: str, out_dir: str, top: int = 100, *, param
             log.warning("report: %s is not in %s; no plot", ip, data)
             continue
         name = plot_name(ip)
+        path = os.path.join(out_dir, name)
         try:
-            plot(os.path.join(out_dir, name), points[ip], found.labels, found.values, params=params, sigmas=sigmas)
+            with writing(path):
+                plot(path, points[ip], found.labels, found.values, params=params, sigmas=sigmas)
         except JobError as exc:  # the table given is not the one that was scored
             log.warning("report: %s: no plot: %s", ip, exc)
             continue
         images[ip] = name
     page = os.path.join(out_dir, "index.html")
-    write_atomic(page, render(frame, anomalous, images, results, summary=_read_summary(results)))
+    with writing(page):
+        write_atomic(page, render(frame, anomalous, images, results, summary=_read_summary(results)))
     return Report(path=page, ips=frame["ip"].nunique(), anomalies=len(anomalous),
                   anomalous_ips=anomalous["ip"].nunique(), plots=len(images))
+
+
+def _plots_folder(out_dir: str) -> None:
+    """Make `out_dir/plots`, without a previous report's plots (they would linger unlinked). A disk that takes
+    nothing is exit 74, as for predict's output; an --out that is no folder exit 2."""
+    plots = os.path.join(out_dir, PLOTS)
+    try:
+        with writing(plots):
+            os.makedirs(plots, exist_ok=True)
+            for old in os.listdir(plots):
+                if old.endswith(".png"):
+                    os.unlink(os.path.join(plots, old))
+    except OSError as exc:  # what writing() leaves: a file where a folder should be, a name too long, ...
+        raise UsageError(f"cannot make the report folder {plots} (--out {out_dir}): {exc.strerror or exc}") from None
 
 
 def _ranked_anomalies(frame: pd.DataFrame) -> pd.DataFrame:

@@ -1,7 +1,9 @@
 """The HTML report of a run with every status: counts, failures, one valid plot per anomaly, in Chromium."""
 import csv
 import re
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -117,6 +119,55 @@ def test_results_with_a_line_of_other_fields_exit_2_naming_it(every_status_run, 
     fields, width = (len(next(csv.reader([line]))) for line in lines[1::-1])
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"batchpredict: results {results}: line 2: {fields} fields, the header has {width}\n"
+
+
+def test_results_of_only_the_header_exit_2(every_status_run, tmp_path):
+    results = tmp_path / "r.csv"
+    results.write_text(every_status_run.out.read_text().splitlines()[0] + "\n")
+    done = run_cli("report", "--results", results, "--data", every_status_run.table, "--out", tmp_path / "r")
+    assert done.returncode == 2 and done.stderr == f"batchpredict: {results} has no rows to report\n", done.stderr
+
+
+def report_into(every_status_run, out: Path, preexec=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "batchpredict.cli", "report", "--results", str(every_status_run.out),
+                           "--data", str(every_status_run.table), "--out", str(out)], capture_output=True, text=True,
+                          timeout=240, preexec_fn=preexec)
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_an_out_that_is_a_file_exits_2(every_status_run, tmp_path, under):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = report_into(every_status_run, blocker / under if under else blocker)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot make the report folder" in done.stderr
+    assert done.stderr.endswith(": Not a directory\n") or done.stderr.endswith(": File exists\n"), done.stderr
+
+
+def test_a_disk_that_takes_no_more_is_exit_74_naming_the_file(every_status_run, tmp_path):
+    """RLIMIT_FSIZE (EFBIG, SIGXFSZ ignored) stands for a full disk: the first plot cannot be written."""
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+
+    done = report_into(every_status_run, tmp_path / "r", limited)
+    assert done.returncode == 74, done.stderr
+    assert re.fullmatch(r"batchpredict: file too large \(no space left under its limit\) writing "
+                        rf"{re.escape(str(tmp_path / 'r' / 'plots'))}/\S+\.png\n", done.stderr), done.stderr
+
+
+def test_a_read_only_file_system_is_exit_74(every_status_run, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        done = report_into(every_status_run, folder / "r")
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+    assert done.returncode == 74, done.stderr
+    assert done.stderr == f"batchpredict: read-only file system writing {folder / 'r' / 'plots'}\n"
 
 
 def rendered_body(page: Path, tmp_path: Path) -> dict[str, str]:
