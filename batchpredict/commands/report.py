@@ -89,10 +89,10 @@ def build_report(results: str, data: str, out_dir: str, top: int = 100, *, param
             log.warning("report: %s is not in %s; no plot", ip, data)
             continue
         name = plot_name(ip)
+        path = os.path.join(out_dir, name)
         try:
-            with writing(os.path.join(out_dir, name)):
-                plot(os.path.join(out_dir, name), points[ip], found.labels, found.values, params=params,
-                     sigmas=sigmas)
+            with writing(path):
+                plot(path, points[ip], found.labels, found.values, params=params, sigmas=sigmas)
         except JobError as exc:  # the table given is not the one that was scored
             log.warning("report: %s: no plot: %s", ip, exc)
             continue
