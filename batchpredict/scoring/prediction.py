@@ -134,7 +134,8 @@ def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedSc
     # windows in calls of 512 take a sixth less time than in one.
     step = _CACHED * BLOCK if model.engine == "numpy" else BLOCK
     calls = [x] if at is None else np.split(x, range(step, len(x), step))
-    raw = np.concatenate([np.asarray(model.predict(call), dtype=float).reshape(len(call), -1) for call in calls])
+    # One value per window, (batch, 1) or (batch,): LoadedModel.predict refuses any other output.
+    raw = np.concatenate([np.asarray(model.predict(call), dtype=float).reshape(len(call), 1) for call in calls])
     predicted = scaler.inverse_transform(raw[rows])[:, 0]
     finite = np.isfinite(predicted)
     if not finite.all():
