@@ -67,6 +67,19 @@ class LoadedScaler:
         with _feature_names_quiet():
             return np.asarray(self.scaler.inverse_transform(rows), dtype=float)
 
+    @property
+    def states(self) -> list[dict[str, Any]]:
+        """The attributes of the scaler, or of each step of a Pipeline: the state scikit-learn pickles of each."""
+        return _states(self.scaler)
+
+
+def _states(scaler: Any) -> list[dict[str, Any]]:
+    from sklearn.pipeline import Pipeline
+
+    if isinstance(scaler, Pipeline):
+        return [state for _, step in scaler.steps for state in _states(step)]
+    return [getattr(scaler, "__dict__", {})]
+
 
 def is_keras2(version: str) -> bool:
     """Keras 2 wrote '2.x', '2.x.y-tf' or, before 2.1, nothing."""

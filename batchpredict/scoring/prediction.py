@@ -44,7 +44,14 @@ def _scaler(path: str, trust: bool) -> scalers.LeanScaler | loading.LoadedScaler
     TensorFlow pool."""
     if not trust:
         return scalers.read_untrusted(path)
-    return scalers.read_scaler(path) if LEAN else loading.load_scaler(path)
+    return scalers.read_scaler(path) if LEAN else trusted_scaler(path)
+
+
+def trusted_scaler(path: str) -> loading.LoadedScaler:
+    """The scaler as joblib reads it, its statistics checked as the lean reader checks its own."""
+    loaded = loading.load_scaler(path)
+    scalers.check_statistics(loaded.name, loaded.states)
+    return loaded
 
 
 def _score(job: Job, result: Result) -> None:
