@@ -175,6 +175,37 @@ def formats_store(tmp_path_factory):
     return store, refs
 
 
+# ip -> (storegen item, the error): models that do not give one value per window. 10.5.0.5's config is
+# emptied of its layers after it is saved.
+WRONG_OUTPUT = {
+    "10.5.0.1": ({"kind": "dense3", "format": "h5"}, "the model outputs (None, 3) per window, not one value"),
+    "10.5.0.2": ({"kind": "sequence", "format": "h5"}, "the model outputs (None, 20, 1) per window, not one value"),
+    "10.5.0.3": ({"kind": "dense3", "format": "keras2-h5"}, "the model outputs (None, 3) per window, not one value"),
+    "10.5.0.4": ({"kind": "dense3", "format": "keras3-export"},
+                 "the model outputs (None, 3) per window, not one value"),
+    "10.5.0.5": ({"kind": "linear", "format": "h5"}, "has no layers"),
+}
+RIGHT_OUTPUT = "10.5.0.9"  # beside them, scored
+
+
+@pytest.fixture(scope="session")
+def wrong_output_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """WRONG_OUTPUT's models, and RIGHT_OUTPUT's linear one, each with a scaler and a std."""
+    import h5py
+
+    store = tmp_path_factory.mktemp("outputs") / "store"
+    build_models(store, [{"ip": ip, **item} for ip, (item, _) in WRONG_OUTPUT.items()]
+                 + [{"ip": RIGHT_OUTPUT, "kind": "linear", "format": "h5"}])
+    with h5py.File(store / "model" / "10.5.0.5.h5", "r+") as h5:
+        config = json.loads(h5.attrs["model_config"])
+        config["config"]["layers"] = []
+        h5.attrs["model_config"] = json.dumps(config)
+    for ip in [*WRONG_OUTPUT, RIGHT_OUTPUT]:
+        write_scaler(store, ip, fitted_scaler(series_for(ip)))
+    write_stds(store, dict.fromkeys([*WRONG_OUTPUT, RIGHT_OUTPUT], 1.0))
+    return store
+
+
 @pytest.fixture
 def store(base_store: Path, tmp_path: Path) -> Path:
     """A private copy of the base store, free to poison."""

@@ -9,7 +9,8 @@ SPEC: {"store": DIR, "refs": JSON (optional), "models": [{"ip": .., "kind": .., 
 kind: `linear` is Flatten -> Dense(1) with the given weights, so the tests can compute its
 prediction in numpy, independently of TensorFlow; `lstm` is the production architecture, seeded;
 `lambda-lstm` puts a Lambda layer (a Python lambda, refused by Keras' safe_mode) before it;
-`nan` predicts NaN; `flat` takes (window,) instead of (window, 1).
+`nan` predicts NaN; `flat` takes (window,) instead of (window, 1); `dense3` (an LSTM, then Dense(3)) and
+`sequence` (LSTM(return_sequences=True), then Dense(1): (window, 1)) output more than one value a window.
 
 format, each written by the runtime people used for it:
   h5, keras          Keras 3 `model.save`
@@ -45,6 +46,10 @@ def keras_model(kx, item: dict):  # noqa: ANN001, ANN201 - kx is keras or tf_ker
         layers = [kx.layers.LSTM(16, return_sequences=True, **first), kx.layers.LSTM(8), kx.layers.Dense(1)]
     elif item["kind"] == "lambda-lstm":
         layers = [kx.layers.Lambda(lambda x: 2.0 * x - 1.0, **first), kx.layers.LSTM(8), kx.layers.Dense(1)]
+    elif item["kind"] == "dense3":
+        layers = [kx.layers.LSTM(4, **first), kx.layers.Dense(3)]
+    elif item["kind"] == "sequence":
+        layers = [kx.layers.LSTM(4, return_sequences=True, **first), kx.layers.Dense(1)]
     elif item["kind"] == "flat":
         layers = [kx.layers.Dense(1, **first)]
     else:

@@ -25,7 +25,7 @@ from ..result import Outcome, Status
 from ..runtime.backend import make_executor
 from ..runtime.forkserver import pool_for
 from ..scoring import prediction, scalers
-from ..scoring.loading import LoadedModel, describe, load_model, load_scaler
+from ..scoring.loading import LoadedModel, describe, load_model
 from ..status import listed, tally
 from .verdict import Verdict
 
@@ -142,7 +142,7 @@ def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
     if prediction.LEAN or not extras.installed():  # joblib is not there to read it: the lean reader is all there is
         result.scaler = scalers.read_scaler(path).kind
         return
-    result.scaler = load_scaler(path).kind
+    result.scaler = prediction.trusted_scaler(path).kind
     try:
         scalers.read_scaler(path)
     except Unsupported as exc:

@@ -67,6 +67,19 @@ class LoadedScaler:
         with _feature_names_quiet():
             return np.asarray(self.scaler.inverse_transform(rows), dtype=float)
 
+    @property
+    def states(self) -> list[dict[str, Any]]:
+        """The attributes of the scaler, or of each step of a Pipeline: the state scikit-learn pickles of each."""
+        return _states(self.scaler)
+
+
+def _states(scaler: Any) -> list[dict[str, Any]]:
+    from sklearn.pipeline import Pipeline
+
+    if isinstance(scaler, Pipeline):
+        return [state for _, step in scaler.steps for state in _states(step)]
+    return [getattr(scaler, "__dict__", {})]
+
 
 def is_keras2(version: str) -> bool:
     """Keras 2 wrote '2.x', '2.x.y-tf' or, before 2.1, nothing."""
@@ -161,9 +174,11 @@ def _load_numpy(path: str) -> LoadedModel:
     except Exception as exc:  # noqa: BLE001 - a file the engine misreads is TensorFlow's to try
         raise Unsupported(f"could not read it: {first_line(exc)}") from None
     fmt = ModelFormat(model.kind, model.keras_version, "numpy")
-    return LoadedModel(model.predict, _window_of(f"{name}: {fmt}", tuple(model.input_shape)), fmt,
-                       engine="numpy", note=f"; {model.describe()}; weights from the {model.source}",
-                       digest=model.digest)
+    what = f"{name}: {fmt}"
+    window = _window_of(what, tuple(model.input_shape))
+    _one_value(what, [tuple(model.output_shape)])
+    return LoadedModel(_checked(what, model.predict), window, fmt, engine="numpy",
+                       note=f"; {model.describe()}; weights from the {model.source}", digest=model.digest)
 
 
 def _load_tf(path: str, fmt: ModelFormat, trust: bool = False) -> LoadedModel:
@@ -173,14 +188,16 @@ def _load_tf(path: str, fmt: ModelFormat, trust: bool = False) -> LoadedModel:
                                           "(the numpy engine does where it supports its layers)")
     try:
         if fmt.runtime == "tf.saved_model":
-            predict, shape, entry = _load_saved_model(path)
+            predict, shape, outputs, entry = _load_saved_model(path)
         else:
-            (predict, shape), entry = _load_keras(path, fmt.runtime, trust), ""
+            (predict, shape, outputs), entry = _load_keras(path, fmt.runtime, trust), ""
     except JobError as exc:
         raise JobError(exc.status, f"{what}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any loader failure is this IP's load_error
         raise JobError(Status.LOAD_ERROR, f"{what}: {first_line(exc)}") from None
-    return LoadedModel(predict, _window_of(what, shape), fmt, entry)
+    window = _window_of(what, shape)
+    _one_value(what, outputs)
+    return LoadedModel(_checked(what, predict), window, fmt, entry)
 
 
 def _window_of(what: str, shape: tuple) -> int | None:
@@ -188,6 +205,29 @@ def _window_of(what: str, shape: tuple) -> int | None:
         raise JobError(Status.LOAD_ERROR, f"{what}: input shape {shape} is not (batch, timesteps, 1); "
                                           "batchpredict feeds one feature per step")
     return int(shape[1]) if shape[1] is not None else None
+
+
+def _one_value(what: str, outputs: list[tuple] | None) -> None:
+    """The prediction is one value per window: one output, shaped (batch, 1) or (batch,). Anything else
+    read as one would be a number the model never meant. None: a SavedModel that leaves its output's rank
+    open, checked when called."""
+    if outputs is None:
+        return
+    if len(outputs) != 1 or len(outputs[0]) not in (1, 2) or tuple(outputs[0][1:]) not in ((), (1,)):
+        shown = outputs[0] if len(outputs) == 1 else outputs
+        raise JobError(Status.LOAD_ERROR, f"{what}: the model outputs {shown} per window, not one value")
+
+
+def _checked(what: str, predict: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """predict, refusing what the load refuses should the model give another output than it declares."""
+    def checked(x: np.ndarray) -> np.ndarray:
+        out = np.asarray(predict(x))
+        if out.shape[:1] != x.shape[:1]:
+            raise JobError(Status.LOAD_ERROR, f"{what}: the model outputs {out.shape} for {len(x)} windows")
+        _one_value(what, [(None, *out.shape[1:])])
+        return out
+
+    return checked
 
 
 def _one_input(shapes: list) -> tuple:
@@ -227,7 +267,7 @@ def _architecture(path: str) -> str:
     return ""
 
 
-def _load_keras(path: str, runtime: str, trust: bool = False) -> tuple[Callable, tuple]:
+def _load_keras(path: str, runtime: str, trust: bool = False) -> tuple[Callable, tuple, list[tuple]]:
     if runtime == "tf_keras":
         import tf_keras as kx
     else:
@@ -263,26 +303,30 @@ def _load_keras(path: str, runtime: str, trust: bool = False) -> tuple[Callable,
         raise JobError(Status.LOAD_ERROR, "the model declares no input (a subclassed model saved unbuilt?)")
     # A first call goes eager: cheaper than predict(), which builds a tf.function for loops.
     call = built.call or (lambda x: model(x, training=False))
-    return (lambda x: np.asarray(call(x))), _one_input([tuple(t.shape) for t in inputs])
+    return ((lambda x: np.asarray(call(x))), _one_input([tuple(t.shape) for t in inputs]),
+            [tuple(t.shape) for t in model.outputs])
 
 
-def _load_saved_model(path: str) -> tuple[Callable, tuple, str]:
+def _load_saved_model(path: str) -> tuple[Callable, tuple, list[tuple] | None, str]:
+    """(predict, the input shape, the shape of the output predict returns where its rank is declared, entry)."""
     import tensorflow as tf
 
     loaded = tf.saved_model.load(path)
     entry, function, specs, by_name = _entry_point(loaded)
     shape = _one_input([getattr(spec, "shape", spec) for spec in specs.values()])
     (key, spec), = specs.items()
+    traced = function if by_name else function.concrete_functions[0]  # __call__ is traced once (_entry_point)
+    output = tf.nest.flatten(traced.structured_outputs)[0].shape
 
     def predict(x: np.ndarray, _keep: Any = loaded) -> np.ndarray:  # a signature does not own the variables it reads
         tensor = tf.constant(x, dtype=spec.dtype)
         outputs = function(**{key: tensor}) if by_name else function(tensor)
         return tf.nest.flatten(outputs)[0].numpy()
 
-    return predict, shape, entry
+    return predict, shape, None if output.rank is None else [tuple(output)], entry
 
 
-def _entry_point(loaded: Any) -> tuple[str, Callable, dict, bool]:
+def _entry_point(loaded: Any) -> tuple[str, Any, dict, bool]:
     """(what is called, the function, its input specs, whether they are passed by name).
 
     Keras 2 `model.save(dir)`, Keras 3 `export()` and `tf.saved_model.save(keras_model)` write a

@@ -44,7 +44,14 @@ def _scaler(path: str, trust: bool) -> scalers.LeanScaler | loading.LoadedScaler
     TensorFlow pool."""
     if not trust:
         return scalers.read_untrusted(path)
-    return scalers.read_scaler(path) if LEAN else loading.load_scaler(path)
+    return scalers.read_scaler(path) if LEAN else trusted_scaler(path)
+
+
+def trusted_scaler(path: str) -> loading.LoadedScaler:
+    """The scaler as joblib reads it, its statistics checked as the lean reader checks its own."""
+    loaded = loading.load_scaler(path)
+    scalers.check_statistics(loaded.name, loaded.states)
+    return loaded
 
 
 def _score(job: Job, result: Result) -> None:
@@ -134,7 +141,8 @@ def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedSc
     # windows in calls of 512 take a sixth less time than in one.
     step = _CACHED * BLOCK if model.engine == "numpy" else BLOCK
     calls = [x] if at is None else np.split(x, range(step, len(x), step))
-    raw = np.concatenate([np.asarray(model.predict(call), dtype=float).reshape(len(call), -1) for call in calls])
+    # One value per window, (batch, 1) or (batch,): LoadedModel.predict refuses any other output.
+    raw = np.concatenate([np.asarray(model.predict(call), dtype=float).reshape(len(call), 1) for call in calls])
     predicted = scaler.inverse_transform(raw[rows])[:, 0]
     finite = np.isfinite(predicted)
     if not finite.all():

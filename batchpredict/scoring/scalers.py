@@ -19,7 +19,7 @@ import math
 import os
 import pickle
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -51,12 +51,34 @@ def _checked(x: Any, by: str | None) -> np.ndarray:
     return x
 
 
+# The fitted statistics transform and inverse_transform apply, by scikit-learn's names.
+_STATISTICS = ("min_", "mean_", "center_", "scale_")
+
+
+def check_statistics(name: str, states: Iterable[Mapping[str, Any]]) -> None:
+    """JobError(load_error) naming the first statistic of the fitted scalers (each one's state) that is not
+    finite numbers, or a scale_ of 0, which scikit-learn never fits: such a scaler turns every window into inf,
+    NaN or one value, and the prediction into one blamed on the model, or silently into a constant."""
+    for state in states:
+        for key in _STATISTICS:
+            value = state.get(key)
+            if value is None:  # a scaler fitted without that step (StandardScaler(with_std=False))
+                continue
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf":
+                raise JobError(Status.LOAD_ERROR, f"scaler {name}: {key} is not numbers (dtype {array.dtype})")
+            wrong = ~np.isfinite(array) | (array == 0 if key == "scale_" else False)
+            if wrong.any():
+                raise JobError(Status.LOAD_ERROR, f"scaler {name}: {key} is {array[wrong].flat[0]}")
+
+
 class _Model:
     """A fitted estimator, from the state its pickle's BUILD gives; `version` stays None without one."""
 
     needs: ClassVar[tuple[str, ...]]  # the state it cannot do without
     version: str | None = None
     n_features: int | None = None  # n_features_in_, recorded since scikit-learn 0.24; unchecked without it
+    state: dict[str, Any]  # `needs` as the pickle gave them
 
     def __setstate__(self, state: Any) -> None:
         name = type(self).__name__
@@ -68,8 +90,9 @@ class _Model:
         if missing:
             raise Unsupported(f"{name} without {', '.join(missing)}: unfitted, or from a scikit-learn "
                               "without that attribute")
-        self._read({key: state[key].array if isinstance(state[key], _ArrayWrapper) else state[key]
-                    for key in self.needs})
+        self.state = {key: state[key].array if isinstance(state[key], _ArrayWrapper) else state[key]
+                      for key in self.needs}
+        self._read(self.state)
         self.n_features = state.get("n_features_in_")
         self.version = str(state.get("_sklearn_version", "pre-0.18"))  # what scikit-learn says when absent
 
@@ -83,6 +106,11 @@ class _Model:
     @property
     def versions(self) -> set[str]:
         return {str(self.version)}
+
+    @property
+    def states(self) -> list[dict[str, Any]]:
+        """The state of each scaler it applies: its own."""
+        return [self.state]
 
 
 def _fitted(obj: Any) -> bool:
@@ -183,6 +211,10 @@ class Pipeline(_Model):
     @property
     def versions(self) -> set[str]:
         return super().versions.union(*(step.versions for step in self.scalers))
+
+    @property
+    def states(self) -> list[dict[str, Any]]:
+        return [state for step in self.scalers for state in step.states]
 
     def transform(self, x: Any) -> np.ndarray:
         for step in self.scalers:
@@ -340,5 +372,6 @@ def read_scaler(path: str) -> LeanScaler:
         raise Unsupported(f"scaler {name}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a damaged file raises anything; the full path names it properly
         raise Unsupported(f"scaler {name}: not read without scikit-learn ({first_line(exc)})") from None
+    check_statistics(name, model.states)
     return LeanScaler(model, name, f"{model.label} pickled with scikit-learn {', '.join(sorted(model.versions))}, "
                                    "read without scikit-learn")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import joblib
 import pytest
-from conftest import BROKEN, FORMATS, run_cli
+from conftest import BROKEN, FORMATS, RIGHT_OUTPUT, WRONG_OUTPUT, run_cli
 
 from batchpredict import RunOptions
 from batchpredict.commands.inspection import COLUMNS, check_store
@@ -87,6 +87,15 @@ def test_store_check_says_which_engine_and_pool_each_ip_gets(mixed_store):
     assert rows["10.4.0.2"].engine == "keras (numpy engine: layer Lambda 'lambda' is not supported by the numpy engine)"
     assert rows["10.4.0.5"].engine.startswith("keras (numpy engine: a SavedModel directory")
     assert rows["10.4.0.5"].pool == "tensorflow (keras engine)"
+
+
+@pytest.mark.parametrize("verify", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_a_model_that_does_not_give_one_value_per_window_fails_the_check(wrong_output_store, verify):
+    rows = {r.ip: r for r in check_store(str(wrong_output_store), verify=verify)}
+    assert rows[RIGHT_OUTPUT].status == "ok", rows[RIGHT_OUTPUT].error
+    for ip, (_, message) in WRONG_OUTPUT.items():
+        assert rows[ip].status == "load_error" and message in rows[ip].error, rows[ip].error
+        assert not rows[ip].verify
 
 
 def test_a_store_of_files_the_numpy_engine_reads_is_checked_without_tensorflow():

@@ -11,7 +11,9 @@ import pytest
 from conftest import (
     BROKEN,
     FORMATS,
+    RIGHT_OUTPUT,
     SHARED,
+    WRONG_OUTPUT,
     build_models,
     last_window,
     series_for,
@@ -68,6 +70,37 @@ def test_unusable_models_are_load_errors_that_say_what_was_tried(formats_store, 
     for ip, (_, message) in BROKEN.items():
         assert frame.loc[ip, "status"] == "load_error"
         assert re.match(message, frame.loc[ip, "error"]), frame.loc[ip, "error"]
+
+
+@pytest.mark.parametrize("engine", ["auto", pytest.param("keras", marks=pytest.mark.slow)])
+def test_a_model_that_does_not_give_one_value_per_window_is_a_load_error(wrong_output_store, tmp_path, engine):
+    """Its first value read as the prediction was a number the model never meant, and the row said ok."""
+    ips = [*WRONG_OUTPUT, RIGHT_OUTPUT]
+    table = wide_table(tmp_path / "t.csv", {ip: series_for(ip) for ip in ips})
+    frame = predict_table(str(table), str(wrong_output_store), options=RunOptions(engine=engine)).set_index("ip")
+    assert frame.loc[RIGHT_OUTPUT, "status"] == "ok", frame.loc[RIGHT_OUTPUT, "error"]
+    for ip, (_, message) in WRONG_OUTPUT.items():
+        error = frame.loc[ip, "error"]
+        assert frame.loc[ip, "status"] == "load_error" and error.startswith(ip) and "\n" not in error, error
+        assert message in error, error
+    if engine == "auto":  # the numpy engine's own words; Keras refuses the model without layers in its own
+        assert re.fullmatch(r"10\.5\.0\.5\.h5: h5 keras_version=3\.\S+ via keras: the model has no layers",
+                            frame.loc["10.5.0.5", "error"])
+
+
+def test_a_model_giving_other_than_one_value_per_window_is_refused_when_called(wrong_output_store):
+    """Where no output shape is declared (a SavedModel may leave it open), the call checks what it gives."""
+    from batchpredict.scoring import engine
+    from batchpredict.scoring.loading import _checked
+
+    windows = np.zeros((4, 20, 1), np.float32)
+    dense3 = engine.load(str(wrong_output_store / "model" / "10.5.0.1.h5")).predict
+    with pytest.raises(JobError, match=r"^m: the model outputs \(None, 3\) per window, not one value$"):
+        _checked("m", dense3)(windows)
+    right = engine.load(str(wrong_output_store / "model" / f"{RIGHT_OUTPUT}.h5")).predict
+    assert _checked("m", right)(windows).shape == (4, 1)
+    with pytest.raises(JobError, match=r"^m: the model outputs \(1, 1\) for 4 windows$"):
+        _checked("m", lambda x: right(x)[:1])(windows)
 
 
 @pytest.mark.parametrize("ip, kind, version, runtime", [

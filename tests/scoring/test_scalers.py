@@ -13,7 +13,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SHARED, Poison
+from conftest import BASE_IPS, SHARED, Poison
 from joblib.numpy_pickle_compat import NDArrayWrapper
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import (
@@ -25,8 +25,11 @@ from sklearn.preprocessing import (
     StandardScaler,
 )
 
-from batchpredict.errors import Unsupported
+from batchpredict import predict_table
+from batchpredict.errors import JobError, Unsupported
+from batchpredict.result import Status
 from batchpredict.scoring.loading import LoadedScaler
+from batchpredict.scoring.prediction import trusted_scaler
 from batchpredict.scoring.scalers import read_scaler
 
 REAL = SHARED / "fixtures" / "real-models" / "Abhishek-995312__stock-price-prediction-lstm__scaler.pkl"
@@ -184,6 +187,44 @@ def test_invalid_input_is_scikit_learns_error(call: str, values: Any, tmp_path: 
     lean, full = read_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), LoadedScaler(scaler, "", "")
     values = np.asarray(values, dtype=float)
     same_error(lambda: getattr(lean, call)(values), lambda: getattr(full, call)(values))
+
+
+# (kind of SCALERS, the statistic broken in it (a Pipeline's in its last step), its value, what the error says)
+BROKEN_STATISTICS = [
+    *[(kind, "scale_", value, said) for kind in ("minmax", "standard", "maxabs", "robust", "pipeline")
+      for value, said in ((np.inf, "inf"), (np.nan, "nan"), (0.0, "0.0"))],
+    ("minmax-range", "min_", -np.inf, "-inf"),
+    ("standard-no-std", "mean_", np.nan, "nan"),
+    ("robust-no-scaling", "center_", np.inf, "inf"),
+    ("minmax", "scale_", "abc", "not numbers (dtype <U3)"),
+]
+
+
+@pytest.mark.parametrize("kind, statistic, value, said", BROKEN_STATISTICS)
+def test_a_statistic_not_finite_or_a_scale_of_zero_is_a_load_error(kind: str, statistic: str, value: Any, said: str,
+                                                                     tmp_path: Path) -> None:
+    """Read as it is, it made the prediction inf or NaN (an `error` blaming the model) or a silent 0 (`ok`)."""
+    scaler = fitted(SCALERS[kind], 1)
+    step = scaler[-1] if isinstance(scaler, Pipeline) else scaler
+    setattr(step, statistic, np.array([value]))
+    path = str(written(scaler, "joblib", tmp_path / "10.0.0.1.save"))
+    for read in (read_scaler, trusted_scaler):  # without scikit-learn, and with joblib (--trust-store)
+        with pytest.raises(JobError) as refused:
+            read(path)
+        assert (refused.value.status, str(refused.value)) == (Status.LOAD_ERROR,
+                                                              f"scaler 10.0.0.1.save: {statistic} is {said}")
+
+
+def test_a_scaler_of_bad_statistics_is_its_ips_load_error(store: Path, table: Path) -> None:
+    broken = dict(zip(BASE_IPS[:3], (np.inf, 0.0, np.nan), strict=True))
+    for ip, value in broken.items():
+        scaler = joblib.load(store / "sc" / f"{ip}.save")
+        scaler.scale_ = np.array([value])
+        joblib.dump(scaler, store / "sc" / f"{ip}.save")
+    frame = predict_table(str(table), str(store)).set_index("ip")
+    assert (frame.drop(list(broken))["status"] == "ok").all()
+    for ip, value in broken.items():
+        assert (frame.loc[ip, "status"], frame.loc[ip, "error"]) == ("load_error", f"scaler {ip}.save: scale_ is {value}")
 
 
 class Custom:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import JobError
+from ...result import Status
 from . import activations, cache, keras1
 from .artefact import Artefact
 from .layers import build
@@ -14,6 +16,9 @@ class NumpyModel:
     """Predicts as the Keras runtime that saved the artefact would, in float32, without TensorFlow."""
 
     def __init__(self, artefact: Artefact, source: str = "file", digest: dict | None = None) -> None:
+        if all(spec.class_name == "InputLayer" for spec in artefact.layers):
+            # It would pass its input on as the prediction; Keras refuses to build it.
+            raise JobError(Status.LOAD_ERROR, "the model has no layers")
         self.source = source  # where the weights came from: the model `file`, or the weights `cache`
         self.digest = digest  # the model file's sha256 and size (io.manifest.digest), where the cache hashed it
         self.kind = artefact.kind
