@@ -208,12 +208,12 @@ def _window_of(what: str, shape: tuple) -> int | None:
 
 
 def _one_value(what: str, outputs: list[tuple] | None) -> None:
-    """The prediction is one value per window: one output, shaped (batch, 1) or (batch,). Anything else
-    read as one would be a number the model never meant. None: a SavedModel that leaves its output's rank
-    open, checked when called."""
+    """The prediction is one value per window: one output of one element a window, (batch,), (batch, 1) or
+    (batch, 1, 1) as a Reshape or a TimeDistributed head leaves it. Anything else read as one would be a
+    number the model never meant. None: a SavedModel that leaves its output's rank open, checked when called."""
     if outputs is None:
         return
-    if len(outputs) != 1 or len(outputs[0]) not in (1, 2) or tuple(outputs[0][1:]) not in ((), (1,)):
+    if len(outputs) != 1 or len(outputs[0]) < 1 or any(size != 1 for size in outputs[0][1:]):
         shown = outputs[0] if len(outputs) == 1 else outputs
         raise JobError(Status.LOAD_ERROR, f"{what}: the model outputs {shown} per window, not one value")
 

@@ -99,6 +99,8 @@ def test_a_model_giving_other_than_one_value_per_window_is_refused_when_called(w
         _checked("m", dense3)(windows)
     right = engine.load(str(wrong_output_store / "model" / f"{RIGHT_OUTPUT}.h5")).predict
     assert _checked("m", right)(windows).shape == (4, 1)
+    assert _checked("m", lambda x: right(x)[:, :, None])(windows).shape == (4, 1, 1)  # a Reshape head: one value
+    assert _checked("m", lambda x: right(x)[:, 0])(windows).shape == (4,)
     with pytest.raises(JobError, match=r"^m: the model outputs \(1, 1\) for 4 windows$"):
         _checked("m", lambda x: right(x)[:1])(windows)
 
