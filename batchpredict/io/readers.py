@@ -88,8 +88,11 @@ def _unreadable(text: str) -> bool:
 
 
 def text_numbers(cells: Any) -> np.ndarray:
-    """One series' cells as numbers, as pd.to_numeric reads them; anything else is NaN."""
-    return np.array(pd.to_numeric(pd.Series(cells, dtype=object), errors="coerce"), dtype=float)
+    """One series' cells as numbers, as pd.to_numeric reads them; anything else is NaN, and so is an infinity
+    (`inf`, `1e999`): no measurement, an unreadable cell (unreadable_cells names it)."""
+    numbers = np.array(pd.to_numeric(pd.Series(cells, dtype=object), errors="coerce"), dtype=float)
+    numbers[np.isinf(numbers)] = np.nan
+    return numbers
 
 
 def float_values(cells: np.ndarray) -> np.ndarray:
@@ -223,7 +226,7 @@ class CsvFile:
 
         def fast(frame: pd.DataFrame) -> tuple[list[str], np.ndarray, Notes] | None:
             block = frame.iloc[:, 1:].to_numpy(dtype=float)
-            if integer_rows(block).any():
+            if integer_rows(block).any() or np.isinf(block).any():  # an infinity is an unreadable cell: exact()
                 return None
             return frame.iloc[:, 0].tolist(), block, Notes(padded=bool(np.isnan(block[:, -1:]).any()))
 
@@ -247,7 +250,11 @@ class CsvFile:
             values = float_values(cells)
             return chunk(frame, values, Notes(unreadable=unreadable_cells(cells, values)))
 
-        return self._chunks(self.names[2:3], lambda f: chunk(f, f.iloc[:, 2].to_numpy(dtype=float), Notes()), exact)
+        def fast(frame: pd.DataFrame) -> tuple[Codes, Codes, np.ndarray, Notes] | None:
+            values = frame.iloc[:, 2].to_numpy(dtype=float)
+            return None if np.isinf(values).any() else chunk(frame, values, Notes())
+
+        return self._chunks(self.names[2:3], fast, exact)
 
     def cells(self, column: int, rows: np.ndarray) -> list:
         """The text of one column at the given rows (sorted), read again from the file."""
@@ -417,7 +424,13 @@ def _parquet_numbers(column: Any) -> tuple[np.ndarray, np.ndarray | None]:
         column = column.dictionary_decode()
     kind = column.type
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
-        return pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False), None
+        values = pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+        infinite = np.isinf(values)
+        if not infinite.any():
+            return values, None
+        texts = np.full(len(values), None, dtype=object)
+        texts[infinite] = values[infinite].astype(str)  # named unreadable, as a CSV's "inf" is
+        return np.where(infinite, np.nan, values), texts
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         cells = np.array(_texts(column).to_pylist(), dtype=object)
         return float_values(cells), cells

@@ -57,9 +57,10 @@ def write(tmp_path, text: str, name: str = "t.csv") -> str:
 # --- how a cell becomes a number ---
 
 def test_a_cell_that_is_no_number_is_nan_and_minus_zero_depends_on_its_series():
-    """In a series of integers only, "-0" is the integer 0 (0.0); beside a NaN it is read as a float, -0.0."""
-    values = text_numbers(["1", " 2", "1.5", "1e400", "x", "", "NA", "True", "0x10", "1_000"])
-    assert same_numbers(values, np.array([1, 2, 1.5, np.inf] + [np.nan] * 6))
+    """In a series of integers only, "-0" is the integer 0 (0.0); beside a NaN it is read as a float, -0.0. An
+    infinity, written or by overflow, is no measurement: NaN, as an unreadable cell."""
+    values = text_numbers(["1", " 2", "1.5", "1e400", "x", "", "NA", "True", "0x10", "1_000", "-inf"])
+    assert same_numbers(values, np.array([1, 2, 1.5] + [np.nan] * 8))
     assert same_numbers(text_numbers(["-0", "1"]), np.array([0.0, 1.0]))
     assert same_numbers(text_numbers(["-0", "x"]), np.array([-0.0, np.nan]))
 

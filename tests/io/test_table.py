@@ -85,8 +85,14 @@ def reference_wide(path):
         lines.setdefault(ip, []).append(row + 2)
         if ip not in first:
             cells = pd.Series(frame.iloc[row, 1:].tolist(), dtype=object)
-            first[ip] = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=float)
+            first[ip] = numbers(cells)
     return [(ip, values, len(lines[ip]) > 1 and lines[ip]) for ip, values in first.items()]
+
+
+def numbers(cells) -> np.ndarray:
+    """A series' cells as design §2 reads them: pd.to_numeric, and an infinity (no measurement) NaN."""
+    values = pd.to_numeric(pd.Series(list(cells), dtype=object), errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isinf(values), np.nan, values)
 
 
 def same_numbers(a, b):
@@ -201,8 +207,7 @@ def reference_long(path):
     for ip in dict.fromkeys(frame["ip"].str.strip()):
         rows = frame.index[frame["ip"].str.strip() == ip]
         rows = sorted(rows, key=lambda r: key[r])  # sorted() is stable: equal times keep the table's order
-        values = pd.to_numeric(pd.Series(frame["value"][rows].tolist(), dtype=object), errors="coerce")
-        found[ip] = ([stamps[r] for r in rows], values.to_numpy(dtype=float), [key[r] for r in rows])
+        found[ip] = ([stamps[r] for r in rows], numbers(frame["value"][rows].tolist()), [key[r] for r in rows])
     return found
 
 
@@ -316,7 +321,7 @@ def reference_records(path):
 
 def unreadable_reference(cells):
     """The cells that are neither numbers nor missing marks."""
-    values = pd.to_numeric(pd.Series(cells, dtype=object), errors="coerce").to_numpy(dtype=float)
+    values = numbers(cells)
     odd = []
     for cell, value in zip(cells, values):
         text = cell.strip()
@@ -344,8 +349,7 @@ def check_lines(path):
             entry["bad"] = entry["bad"] or f"line {line}: {len(fields)} fields, the header has {width}"
         elif ip not in expected:
             odd = unreadable_reference(fields[1:])
-            expected[ip] = {"bad": None, "values": pd.to_numeric(pd.Series(fields[1:], dtype=object),
-                                                                   errors="coerce").to_numpy(dtype=float),
+            expected[ip] = {"bad": None, "values": numbers(fields[1:]),
                             "odd": (len(odd), line, odd[0]) if odd else None}
         else:
             expected[ip].setdefault("again", True)
@@ -522,9 +526,8 @@ def test_a_long_tables_bad_lines_cost_only_their_ips(tmp_path, monkeypatch, seed
                 assert series.problem.startswith(bad[series.ip]), (series.ip, series.problem)
                 continue
             points = sorted(good[series.ip])
-            values = pd.to_numeric(pd.Series([p[3] for p in points], dtype=object), errors="coerce")
             assert series.labels == [p[2] for p in points]
-            assert same_numbers(series.values, values.to_numpy(dtype=float)), series.ip
+            assert same_numbers(series.values, numbers([p[3] for p in points])), series.ip
 
 
 @pytest.mark.parametrize("text", ["ip,a,b,\nx,1,2\ny,3,4\n", "ip,a\nx,1,\ny,2,\n", "ip,timestamp,value\nx,1\n"])
