@@ -248,3 +248,10 @@ def test_parquet_long_codes_with_a_missing_cell_as_none(tmp_path, monkeypatch):
     assert [ips[1][c] for c in ips[0]] == ["7", "8"] and [s[:10] for s in stamps[1]] == ["2026-01-02", "2026-01-01"]
     assert same_numbers(values, np.array([1.0, -0.0]))
     assert [ips2[1][c] for c in ips2[0]] == ["7"] and stamps2[1] == [None] and np.isnan(values2).all()
+
+
+def test_an_infinity_stored_in_parquet_is_an_unreadable_cell_as_in_a_csv(tmp_path):
+    table = pa.table({"ip": pa.array(["a", "b"]), "t0": pa.array([1.5, np.inf]), "t1": pa.array([-np.inf, 2.0])})
+    [(ids, values, notes)] = list(open_table_file(parquet(tmp_path, table, "t.parquet")).wide_chunks())
+    assert same_numbers(values, np.array([[1.5, np.nan], [np.nan, 2.0]]))
+    assert notes.unreadable == {0: (1, 1, "-inf"), 1: (1, 0, "inf")}
