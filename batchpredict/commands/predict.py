@@ -305,7 +305,7 @@ def _steps(data: str, models: str, out: str | None, params: Params, *, options: 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
         if out:  # before anything is read: a second run on the same output exits 75 at once
-            if any(os.path.realpath(out + suffix) == os.path.realpath(data) for suffix in OUTPUT_SUFFIXES):
+            if os.path.realpath(data) in {os.path.realpath(out + suffix) for suffix in OUTPUT_SUFFIXES}:
                 raise UsageError(f"--out {out} would write over the table it reads, --data {data}")
             stack.enter_context(Lock(out + ".lock"))
             check_writable(out)  # before any job: a folder that takes no file exits 2, not after the night
@@ -420,15 +420,12 @@ def peak_rss_mib() -> float:
 
 
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGTERM/SIGINT become Interrupted, so the executor kills its workers on the way out."""
+def _on_stop(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT go to `handler` within the block, the handlers before it restored after; only on the
+    main thread, where Python runs signal handlers (a run started on another leaves them to its caller)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
-
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
@@ -437,21 +434,21 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _signals_raise() -> contextlib.AbstractContextManager[None]:
+    """SIGTERM/SIGINT become Interrupted, so the executor kills its workers on the way out."""
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    return _on_stop(handler)
+
+
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
     """SIGTERM/SIGINT wait for the block to end, then stop the run as _signals_raise's do: the output files
     replace their old selves as a set, never one of them killed half-way through the set."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     arrived: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum))
-                for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with _on_stop(lambda signum, frame: arrived.append(signum)):
         yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
     if arrived:
         raise Interrupted(arrived[0])
 

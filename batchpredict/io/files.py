@@ -137,4 +137,5 @@ def read_json(path: str, root: str) -> Any:
 
 def outside(root: str, path: str) -> bool:
     """Whether `path`, its links followed, lies outside `root` (itself resolved)."""
-    return os.path.commonpath([os.path.realpath(root), os.path.realpath(path)]) != os.path.realpath(root)
+    real = os.path.realpath(root)
+    return os.path.commonpath([real, os.path.realpath(path)]) != real
