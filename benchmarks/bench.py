@@ -36,7 +36,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -311,8 +310,7 @@ def main() -> None:
                       "met": value is not None and (value <= bound if ceiling else value >= bound)}
                for name, value, bound, ceiling in _targets(runs, ratios)}
     results = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)},
+        "machine": farm.machine(),
         "versions": {name: metadata.version(name) for name in ("tensorflow-cpu", "keras", "numpy", "batchpredict")},
         "n": args.n, "ours_n": args.ours_n, "nightly_n": args.nightly_n, "nightly_seed_n": args.nightly_seed_n,
         "workers": args.workers, "load_average": [round(x, 2) for x in load], "runs": runs,

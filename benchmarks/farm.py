@@ -6,6 +6,8 @@ its scaler and std, and its own row in a wide table, cycling through the demo IP
 from __future__ import annotations
 
 import json
+import os
+import platform
 import shutil
 from pathlib import Path
 
@@ -13,6 +15,22 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine() -> dict:
+    """The machine a benchmark ran on, for its JSON: the CPU's model too, since hosts of one kernel and core count
+    have differed by a third in speed (docs/performance.md)."""
+    import psutil
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
+    except OSError:  # not Linux
+        pass
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu": cpu or platform.processor(), "cores": os.cpu_count(),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)}
 
 
 def build(n: int, dest: str | Path, source: str | Path = ROOT / "models",

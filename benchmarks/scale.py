@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -36,9 +35,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 
 from batchpredict.job import default_workers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import farm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = 60
@@ -189,8 +190,7 @@ def main() -> None:
             print(name, json.dumps(runs[name]), flush=True)
         total = round(time.monotonic() - started, 1)
     results = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)},
+        "machine": farm.machine(),
         "versions": {name: metadata.version(name) for name in ("batchpredict", "pandas", "pyarrow", "numpy")},
         "n": args.n, "with_model": models, "buckets": BUCKETS, "workers": args.workers, "build": built,
         "runs": runs, "total_s": total, "targets": TARGETS,
