@@ -14,6 +14,7 @@ from .files import outside, read_json
 IP_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 MODEL_SUFFIXES = (".h5", ".keras")
 SAVED_MODEL_FILE = "saved_model.pb"
+_NO_MODEL = "no model in model/ ({ip}.h5, {ip}.keras or {ip}/saved_model.pb)"
 SAVING = ".{ip}.saving"  # in model/ while train writes the IP's model, scaler and std (commands/train._save)
 
 
@@ -62,17 +63,20 @@ class Store:
         if marker in self._models.files:
             raise JobError(Status.LOAD_ERROR, f"a training run stopped while writing its model, scaler and std "
                                               f"(model/{marker}): they may not belong together; train it again")
+        folder = self._models
+        if ip not in folder.stems and not folder.outside:  # none of its names is in model/: most IPs of a big table
+            raise JobError(Status.NO_MODEL, _NO_MODEL.format(ip=ip))
         models = self.model_candidates(ip)
         if len(models) > 1:
             raise JobError(Status.LOAD_ERROR, f"ambiguous model: {' and '.join(models)} both exist; keep one")
         if not models:
-            folder = self._models
-            _no_special(folder, _model_names(ip))
-            odd = [name for name in _model_names(ip) if name in folder.dirs]
+            names = _model_names(ip)
+            _no_special(folder, names)
+            odd = [name for name in names if name in folder.dirs]
             if odd:  # there, but not a model: worse than missing
                 what = "is a directory" if odd[0] != ip else f"is a directory without {SAVED_MODEL_FILE}"
                 raise JobError(Status.LOAD_ERROR, f"{folder.name}/{odd[0]} {what}, not a model")
-            raise JobError(Status.NO_MODEL, f"no model in model/ ({ip}.h5, {ip}.keras or {ip}/saved_model.pb)")
+            raise JobError(Status.NO_MODEL, _NO_MODEL.format(ip=ip))
         return models[0]
 
     def scaler(self, ip: str) -> str:
