@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .files import replaced
+from .files import NotRegular, open_regular, replaced
 
 # Version 3: with `origin` (version 2 had none; version 1 held the labels as a JSON list); a file of another version
 # is no history.
@@ -65,14 +65,17 @@ def read(path: str) -> History | None:
     """The file's history; None where there is no file; Unreadable where it is not a whole file of this
     version."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        with open_regular(path) as fh:
+            # The magic line first: a large file that is no history (a link to a log, a core dump) is not read whole.
+            if fh.read(len(MAGIC)) != MAGIC:
+                raise Unreadable("not a history file of this version")
+            data = MAGIC + fh.read()
     except FileNotFoundError:
         return None
+    except NotRegular:
+        raise Unreadable("not a regular file") from None
     except OSError as exc:
         raise Unreadable(exc.strerror or str(exc)) from None
-    if not data.startswith(MAGIC):
-        raise Unreadable("not a history file of this version")
     try:
         start = len(MAGIC) + 8
         length = int.from_bytes(data[len(MAGIC):start], "little")
