@@ -130,3 +130,13 @@ def test_a_fifo_or_a_device_is_unreadable_at_once(tmp_path, kind):
         reader.join(timeout=10)
     assert not blocked
     assert len(raised) == 1 and isinstance(raised[0], Unreadable) and "not a regular file" in str(raised[0])
+
+
+def test_the_ip_reads_back_and_a_file_without_it_is_of_no_ip(tmp_path):
+    path = str(tmp_path / "a.history")
+    written = made()
+    history.write(path, History(labels=written.labels, values=written.values, before=written.before,
+                                key=written.key, predicted=written.predicted, origin=written.origin, ip="10.0.0.1"))
+    assert history.read(path).ip == "10.0.0.1"
+    history.write(path, written)
+    assert history.read(path).ip == ""
