@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import resource
 import signal
@@ -30,7 +29,7 @@ from ..io.files import remove_leftovers, replaced_together
 from ..io.journal import Journal, Lock, check_writable, fingerprint
 from ..io.store import Store
 from ..io.table import Series, Table
-from ..job import ENGINES, Job, Params, RunOptions
+from ..job import ENGINES, Job, Params, RunOptions, check_sigmas
 from ..result import Result, Status
 from ..rules import REFERENCE, duration, parse_duration
 from ..runtime.backend import make_executor
@@ -70,10 +69,9 @@ def check_params(params: Params) -> Parsed:
         step = None if params.step is None else parse_duration(params.step)
     except ValueError as exc:
         raise UsageError(f"--step: {exc}") from None
-    low, high = params.sigmas
-    if not (0 < low < high) or not math.isfinite(high):
-        raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
+    check_sigmas(params.sigmas)
     return Parsed(std, method if params.alerting else None, step, method)
+
 
 
 LOGGED = 20  # IPs with unreadable cells, and lines without an IP, logged one by one; the rest are counted
