@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import UsageError
 from .rules import REFERENCE
 
 if TYPE_CHECKING:  # result.py imports numpy, which the command line's --help does without
@@ -34,6 +36,16 @@ class Params:
     def alerting(self) -> bool:
         """Alerts are given where a series has several scored points."""
         return self.alert != "none" and self.several
+
+
+def check_sigmas(sigmas: tuple[float, float], *, equal: bool = False) -> None:
+    """UsageError unless `--sigmas` are a warning and a critical threshold: NaN would flag nothing, a negative
+    one everything, and reversed ones swap the severities. evaluate's `--sigmas` too, where `equal` ones judge
+    one threshold at both levels."""
+    low, high = sigmas
+    if not (0 < low < high or (equal and 0 < low == high)) or not math.isfinite(high):
+        wanted = "non-decreasing" if equal else "increasing"
+        raise UsageError(f"--sigmas needs two {wanted} positive numbers (warning, critical), got {low:g},{high:g}")
 
 
 ENGINES = ("auto", "numpy", "keras")  # RunOptions.engine: who computes the forward pass

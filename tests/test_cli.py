@@ -97,6 +97,9 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
     (["--out", "{tmp}/o"], "takes a file's path, not a folder"),
     (["--out", "{tmp}/o/"], "takes a file's path, not a folder"),
     (["--data", "{tmp}/t.csv", "--out", "{tmp}/t.csv"], "would write over the table it reads"),
+    # The history folder was made where the CSV goes: IsADirectoryError once every job had run, exit 1.
+    (["--history", "{tmp}/o/a.csv"], "is a file the run writes beside --out"),
+    (["--history", "{tmp}/o/a.csv.journal"], "is a file the run writes beside --out"),
 ])
 def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, args, message):
     (tmp_path / "empty.csv").write_text("")

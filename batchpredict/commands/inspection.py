@@ -94,7 +94,7 @@ def inspect_artefacts(task: CheckTask) -> CheckResult:
 
 
 def _inspect_seal(task: CheckTask, result: CheckResult) -> None:
-    if task.sealed and task.std is not None and task.scaler:
+    if task.sealed is not None and task.std is not None and task.scaler:  # an empty entry too: prediction.py
         manifest.check(task.store, task.sealed, task.model, task.scaler, std=task.std)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import resource
 import signal
@@ -30,7 +29,7 @@ from ..io.files import remove_leftovers, replaced_together
 from ..io.journal import Journal, Lock, check_writable, fingerprint
 from ..io.store import Store
 from ..io.table import Series, Table
-from ..job import ENGINES, Job, Params, RunOptions
+from ..job import ENGINES, Job, Params, RunOptions, check_sigmas
 from ..result import Result, Status
 from ..rules import REFERENCE, duration, parse_duration
 from ..runtime.backend import make_executor
@@ -70,10 +69,9 @@ def check_params(params: Params) -> Parsed:
         step = None if params.step is None else parse_duration(params.step)
     except ValueError as exc:
         raise UsageError(f"--step: {exc}") from None
-    low, high = params.sigmas
-    if not (0 < low < high) or not math.isfinite(high):
-        raise UsageError(f"--sigmas needs two increasing positive numbers (warning, critical), got {low:g},{high:g}")
+    check_sigmas(params.sigmas)
     return Parsed(std, method if params.alerting else None, step, method)
+
 
 
 LOGGED = 20  # IPs with unreadable cells, and lines without an IP, logged one by one; the rest are counted
@@ -298,6 +296,18 @@ def _run(data: str, models: str, out: str | None, params: Params, *, options: Ru
         raise OutputError(f"{exc}; {_KEPT}") from exc
 
 
+def _check_apart(out: str, data: str, history: str | None) -> None:
+    """UsageError where --data or --history is one of the files the run writes beside --out: the table would be
+    written over, and the history folder made where the CSV (or its journal) goes, so that the night ends in
+    IsADirectoryError once every job has run."""
+    written = {os.path.realpath(out + suffix) for suffix in (*OUTPUT_SUFFIXES, ".journal", ".lock")}
+    if os.path.realpath(data) in written:
+        raise UsageError(f"--out {out} would write over the table it reads, --data {data}")
+    if history and os.path.realpath(history) in written:
+        raise UsageError(f"--history {history} is a file the run writes beside --out {out}: give it a folder of its "
+                         "own")
+
+
 def _steps(data: str, models: str, out: str | None, params: Params, *, options: RunOptions, rows: output.Rows,
            on_result: Callable[[Result], None] | None, on_start: Callable[[int | None], None] | None,
            started: float, cpu: float, parsed: Parsed) -> dict:
@@ -305,8 +315,7 @@ def _steps(data: str, models: str, out: str | None, params: Params, *, options: 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_raise())
         if out:  # before anything is read: a second run on the same output exits 75 at once
-            if os.path.realpath(data) in {os.path.realpath(out + suffix) for suffix in OUTPUT_SUFFIXES}:
-                raise UsageError(f"--out {out} would write over the table it reads, --data {data}")
+            _check_apart(out, data, options.history)
             stack.enter_context(Lock(out + ".lock"))
             check_writable(out)  # before any job: a folder that takes no file exits 2, not after the night
             name = os.path.basename(out)

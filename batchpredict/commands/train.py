@@ -331,8 +331,27 @@ def write_report(results: list[TrainResult], path: str) -> None:
         r.ip: [r.ip, r.status.value, r.error, r.model, r.epochs, r.train_loss, r.holdout_loss, r.std,
                None if r.duration_ms is None else round(r.duration_ms, 1), r.worker_peak_rss_mib]
         for r in results}
-    if os.path.exists(path):
-        with open(path, newline="") as fh:
-            old = {line[0]: line for line in list(csv.reader(fh))[1:] if line}
-        rows = {**old, **rows}
+    rows = {**_old_rows(path), **rows}
     write_rows(path, REPORT_COLUMNS, list(rows.values()))
+
+
+def _old_rows(path: str) -> dict[str, list[str]]:
+    """The report's rows by IP, those of this header's fields only: a row of other fields would shift the columns
+    it is written in. A report that cannot be read (not UTF-8, not CSV) is one warning, and its rows are dropped:
+    raising here would come after the IPs were trained, and before their manifest entries are written."""
+    try:
+        with open(path, newline="") as fh:
+            lines = list(csv.reader(fh))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        log.warning("train: %s is unreadable (%s); its rows of IPs not trained now are dropped", path,
+                    first_line(exc))
+        return {}
+    if lines and lines[0] != REPORT_COLUMNS:
+        log.warning("train: %s has another header; its rows of IPs not trained now are dropped", path)
+        return {}
+    bad = sum(1 for line in lines[1:] if line and len(line) != len(REPORT_COLUMNS))
+    if bad:
+        log.warning("train: %s: %d rows without the header's %d fields dropped", path, bad, len(REPORT_COLUMNS))
+    return {line[0]: line for line in lines[1:] if len(line) == len(REPORT_COLUMNS)}

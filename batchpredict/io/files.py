@@ -9,7 +9,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import IO, Any
 
 from ..errors import UsageError
 
@@ -127,12 +127,26 @@ def read_json(path: str, root: str) -> Any:
     if outside(root, path):
         raise UsageError(f"{path} resolves outside {root}")
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK)) as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise UsageError(f"{path} is not a regular file")
+        with open_regular(path, "r") as fh:
             return json.load(fh)
+    except NotRegular:
+        raise UsageError(f"{path} is not a regular file") from None
     except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+class NotRegular(Exception):
+    """A path that is no regular file: a FIFO, a device, a socket."""
+
+
+def open_regular(path: str, mode: str = "rb") -> IO[Any]:
+    """`path` opened for reading, or NotRegular where it is no regular file: opened without waiting, since a FIFO
+    would block its reader until someone writes to it, and checked, since a device (/dev/zero) never ends."""
+    fh = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), mode)  # noqa: SIM115 - returned to the caller's `with`
+    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        fh.close()
+        raise NotRegular(path)
+    return fh
 
 
 def outside(root: str, path: str) -> bool:

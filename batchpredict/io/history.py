@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .files import replaced
+from .files import NotRegular, open_regular, replaced
 
 # Version 3: with `origin` (version 2 had none; version 1 held the labels as a JSON list); a file of another version
 # is no history.
@@ -50,6 +50,8 @@ class History:
     key: str                   # what the predictions were computed with (model and scaler files, window, ...)
     predicted: np.ndarray      # the model's predictions of the last len(predicted) of `values`: their residuals
     origin: int = 0            # the place of values[0] in the series since the history began (prediction.py)
+    ip: str = ""               # whose series it is: a file copied or linked under another IP's name is no history
+    # of it (nights.join); "" in files written before the header named it
 
     def __post_init__(self) -> None:
         if not isinstance(self.labels, np.ndarray) or self.labels.dtype.kind != "S":
@@ -65,14 +67,17 @@ def read(path: str) -> History | None:
     """The file's history; None where there is no file; Unreadable where it is not a whole file of this
     version."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        with open_regular(path) as fh:
+            # The magic line first: a large file that is no history (a link to a log, a core dump) is not read whole.
+            if fh.read(len(MAGIC)) != MAGIC:
+                raise Unreadable("not a history file of this version")
+            data = MAGIC + fh.read()
     except FileNotFoundError:
         return None
+    except NotRegular:
+        raise Unreadable("not a regular file") from None
     except OSError as exc:
         raise Unreadable(exc.strerror or str(exc)) from None
-    if not data.startswith(MAGIC):
-        raise Unreadable("not a history file of this version")
     try:
         start = len(MAGIC) + 8
         length = int.from_bytes(data[len(MAGIC):start], "little")
@@ -91,7 +96,8 @@ def read(path: str) -> History | None:
         labels = np.ascontiguousarray(columns.reshape(width, count).T).view(f"S{width}").reshape(count)
         return History(labels=labels, values=arrays[:count].astype(float),
                        before=(float(header["before"][0]), int(header["before"][1])), key=str(header["key"]),
-                       predicted=arrays[count:].astype(float), origin=int(header["origin"]))
+                       predicted=arrays[count:].astype(float), origin=int(header["origin"]),
+                       ip=str(header.get("ip", "")))
     except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
         raise Unreadable(f"torn or damaged ({exc})") from None
 
@@ -108,6 +114,6 @@ def write(path: str, history: History) -> None:
             + zlib.compress(columns.tobytes(), 1))
     header = json.dumps({"values": len(history.values), "predicted": len(history.predicted), "width": width,
                          "before": list(history.before), "key": history.key, "origin": history.origin,
-                         "crc32": zlib.crc32(body)}).encode()
+                         "ip": history.ip, "crc32": zlib.crc32(body)}).encode()
     with replaced(path, durable=False) as temporary, open(temporary, "wb") as out:
         out.write(MAGIC + len(header).to_bytes(8, "little") + header + body)

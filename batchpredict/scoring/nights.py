@@ -75,6 +75,10 @@ def join(job: Job, folder: str, current: str) -> Joined:
         return alone(job, f"{path}: {exc}")
     if kept is None or not job.labels:
         return table
+    if kept.ip and kept.ip != job.ip:  # its labels would line up (a wide table's IPs share them): its values not
+        return alone(job, f"{path}: it is the history of {kept.ip}")
+    if not len(kept.labels):  # nothing to join, and no first label to place the table by
+        return alone(job, f"{path}: it holds no values")
     labels = history.encoded(job.labels)
     start = _start(kept.labels, labels)
     if start is None:
@@ -108,7 +112,8 @@ def leave(job: Job, folder: str, joined: Joined, *, keep: int, predicted: np.nda
     with writing(path):  # a full disk, as errors.IO_ERRORS says, is an OutputError naming the file
         labels = history.encoded(joined.labels) if joined.encoded is None else joined.encoded
         history.write(path, history.History(labels=labels[cut:], values=values, before=(total, count), key=current,
-                                            predicted=predicted[-len(values):], origin=joined.origin + cut))
+                                            predicted=predicted[-len(values):], origin=joined.origin + cut,
+                                            ip=job.ip))
 
 
 def alone(job: Job, note: str = "") -> Joined:

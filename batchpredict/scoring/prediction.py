@@ -57,7 +57,9 @@ def trusted_scaler(path: str) -> loading.LoadedScaler:
 def _score(job: Job, result: Result) -> None:
     params = job.params
     result.debug += [f"{note}; run in the TensorFlow pool" for note in job.notes]
-    if job.sealed:  # before anything of the IP's is read
+    # Before anything of the IP's is read. `is not None`: an entry that is empty or of another type (`{}`, `[]`,
+    # `0`) is a damaged manifest's, which check() refuses, not an IP the store left unsealed.
+    if job.sealed is not None:
         manifest.check(job.store, job.sealed, job.model, job.scaler, std=job.std)
     scaler = _scaler(os.path.join(job.store, job.scaler), job.trust)
     result.debug.append(f"{job.ip}: {scaler.note}")

@@ -15,7 +15,8 @@ import psutil
 import pytest
 from conftest import read_out, run_cli, wide_table
 
-from batchpredict.commands.train import ip_seed, merge_stds, windows
+from batchpredict.commands.train import REPORT_COLUMNS, TrainResult, ip_seed, merge_stds, windows, write_report
+from batchpredict.result import Status
 from batchpredict.scoring.features import rolling_series
 
 IPS = ["10.9.0.1", "10.9.0.2", "2001:db8::9"]
@@ -129,6 +130,22 @@ def test_merge_stds_keeps_other_entries(tmp_path):
     merge_stds(str(tmp_path), {"b": 2.0})
     merge_stds(str(tmp_path), {"a": 3.0})
     assert json.loads((tmp_path / "std" / "std.json").read_text()) == {"a": 3.0, "b": 2.0}
+
+
+@pytest.mark.parametrize(("old", "why"), [
+    (b"ip,status\n\xff\xfe,ok\n", "is unreadable"),                  # not UTF-8: a traceback after training
+    (b"ip,status\nb,ok\n", "has another header"),                     # its columns are not this report's
+    (",".join(REPORT_COLUMNS).encode() + b"\nb,ok\nc" + b",x" * 9 + b"\n", "1 rows without the header's 10"),
+])
+def test_a_damaged_old_report_is_a_warning_and_no_row_of_it_shifts(tmp_path, caplog, old, why):
+    report = tmp_path / "train_report.csv"
+    report.write_bytes(old)
+    write_report([TrainResult(ip="a", status=Status.OK, model="model/a.h5")], str(report))
+    rows = pd.read_csv(report, dtype=str, keep_default_na=False)
+    assert list(rows.columns) == REPORT_COLUMNS and "a" in set(rows["ip"]) and "b" not in set(rows["ip"])
+    assert why in caplog.text
+    if "rows without" in why:  # the whole old row is kept
+        assert rows.set_index("ip").loc["c", "status"] == "x"
 
 
 def test_ip_seed_is_stable_and_distinct():

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import stat
+import threading
 
 import numpy as np
 import pytest
@@ -97,3 +99,44 @@ def test_a_folder_where_the_file_should_be_is_unreadable(tmp_path):
     (tmp_path / "a.history").mkdir()
     with pytest.raises(Unreadable):
         history.read(str(tmp_path / "a.history"))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_a_device_is_unreadable_at_once(tmp_path, kind):
+    """A FIFO would block the worker until --timeout (the IP's row lost), a device such as /dev/zero fill its
+    memory: neither is read (here the device of /dev/null, which ends, made where this user may)."""
+    path = tmp_path / "a.history"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("this user may not make a device")
+    raised: list[BaseException] = []
+
+    def reading() -> None:
+        try:
+            history.read(str(path))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            raised.append(exc)
+
+    reader = threading.Thread(target=reading, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    blocked = reader.is_alive()
+    if blocked:  # a writer's end lets the reader go, so that the test ends
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=10)
+    assert not blocked
+    assert len(raised) == 1 and isinstance(raised[0], Unreadable) and "not a regular file" in str(raised[0])
+
+
+def test_the_ip_reads_back_and_a_file_without_it_is_of_no_ip(tmp_path):
+    path = str(tmp_path / "a.history")
+    written = made()
+    history.write(path, History(labels=written.labels, values=written.values, before=written.before,
+                                key=written.key, predicted=written.predicted, origin=written.origin, ip="10.0.0.1"))
+    assert history.read(path).ip == "10.0.0.1"
+    history.write(path, written)
+    assert history.read(path).ip == ""

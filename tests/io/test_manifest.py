@@ -115,3 +115,17 @@ def test_only_the_files_a_job_reads_are_checked_and_each_must_be_listed(sealed, 
     assert frame.loc["10.0.0.12", "error"] == "checksum mismatch: model/10.0.0.12.h5 is not in manifest.json"
     assert frame.loc["10.0.0.14", "error"].startswith("manifest.json: this IP's entry is unreadable (")
     assert (frame.drop(["10.0.0.12", "10.0.0.14"])["status"] == "ok").all()
+
+
+@pytest.mark.parametrize("damaged", [{}, [], 0])
+def test_an_empty_or_mistyped_entry_is_a_load_error_not_an_unsealed_ip(sealed, tmp_path, damaged):
+    """A falsy entry is a damaged manifest's: the IP's files (changed here) must not run unchecked."""
+    entries = manifest.read(str(sealed))
+    entries["10.0.0.12"] = damaged
+    manifest.write(str(sealed), entries)
+    flip_a_weight(sealed / "model" / "10.0.0.12.h5")
+    code, frame = predict(sealed, tmp_path / "a.csv")
+    assert code == 1 and frame.loc["10.0.0.12", "status"] == "load_error"
+    assert frame.loc["10.0.0.12", "error"].startswith("manifest.json: this IP's entry is unreadable (")
+    check = run_cli("store", "check", "--models", sealed)
+    assert check.returncode == 1 and "this IP's entry is unreadable" in check.stdout

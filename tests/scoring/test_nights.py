@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import joblib
@@ -91,6 +92,31 @@ def test_a_table_reaching_back_before_the_history_is_read_alone_and_silently(tmp
     kept(tmp_path, HOURS[5:10], list(range(5)))
     joined = nights.join(job(HOURS[:12], [1.0] * 12), str(tmp_path), "k")
     assert joined.offset == 0 and joined.before is None and not joined.note
+
+
+def test_the_history_of_another_ip_is_no_history_though_its_labels_line_up(tmp_path):
+    """A file copied or linked under another IP's name: a wide table's IPs share their labels, so only the name in
+    the file tells its values are not this IP's."""
+    other = history.History(labels=HOURS[:10], values=np.arange(10.0), before=(10.0, 4), key="k",
+                            predicted=np.arange(6.0), ip="10.0.0.2")
+    history.write(history.path_of(str(tmp_path), "10.0.0.1"), other)
+    joined = nights.join(job(HOURS[6:12], [60.0] * 6), str(tmp_path), "k")
+    assert joined.offset == 0 and joined.before is None and joined.values.tolist() == [60.0] * 6
+    assert joined.note.endswith("it is the history of 10.0.0.2")
+    history.write(history.path_of(str(tmp_path), "10.0.0.1"), replace(other, ip="10.0.0.1"))
+    assert nights.join(job(HOURS[6:12], [60.0] * 6), str(tmp_path), "k").offset == 6  # its own: joined
+
+
+def test_a_history_of_no_values_is_no_history_not_an_error(tmp_path):
+    kept(tmp_path, [], [])
+    joined = nights.join(job(HOURS[:2], [1.0, 2.0]), str(tmp_path), "k")
+    assert joined.offset == 0 and joined.values.tolist() == [1.0, 2.0] and "holds no values" in joined.note
+
+
+def test_leave_names_the_ip_in_its_file(tmp_path):
+    joined = nights.Joined(labels=HOURS[:2], values=np.array([1.0, 2.0]), before=None)
+    nights.leave(job(HOURS[:2], [1.0, 2.0]), str(tmp_path), joined, keep=2, predicted=np.array([1.0]), current="k")
+    assert history.read(history.path_of(str(tmp_path), "10.0.0.1")).ip == "10.0.0.1"
 
 
 def test_leave_keeps_the_last_values_with_the_running_sum_of_those_before_them(tmp_path):

@@ -13,7 +13,7 @@ from ...errors import UsageError
 from ...io.files import write_atomic
 from ...io.output import ALERT_COLUMNS, aligned, write_rows
 from ...io.table import Series, read_table
-from ...job import Params
+from ...job import Params, check_sigmas
 from ...result import Status
 from ...rules import REFERENCE, RULES, VALUE_RULES, parse_duration
 from ...scoring.alerting import onsets, triggers
@@ -50,6 +50,16 @@ def thresholds_of(sigmas: tuple[float, float], sweep: list[float] | None) -> lis
     return [(sigmas[0], "warning"), (sigmas[1], "critical")]
 
 
+def _check_options(baseline: str | None, data: str | None, sigmas: tuple[float, float] | None) -> None:
+    """UsageError for options that cannot be evaluated, before anything is read."""
+    if baseline and baseline not in BASELINES:
+        raise UsageError(f"no baseline {baseline!r}; choose from {', '.join(BASELINES)}")
+    if baseline and not data:
+        raise UsageError("--baseline needs --data, the table the results were predicted from")
+    if sigmas is not None:  # NaN would flag no point, a negative one every point, without a word
+        check_sigmas(sigmas, equal=True)
+
+
 def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = None, sweep: list[float] | None = None,
              *, baseline: str | None = None, data: str | None = None, layout: str | None = None,
              params: Params = Params(), after: str | None = None, judged: str = "anomaly") -> Evaluation:
@@ -60,10 +70,7 @@ def evaluate(results: str, labels: str, sigmas: tuple[float, float] | None = Non
     judges the results' alert column (level `alert`), a sweep its score (`params.alert` gives the rest
     period), and the baseline at `sigmas`.
     """
-    if baseline and baseline not in BASELINES:
-        raise UsageError(f"no baseline {baseline!r}; choose from {', '.join(BASELINES)}")
-    if baseline and not data:
-        raise UsageError("--baseline needs --data, the table the results were predicted from")
+    _check_options(baseline, data, sigmas)
     try:
         step = parse_duration(params.step) if params.step else None
     except ValueError as exc:

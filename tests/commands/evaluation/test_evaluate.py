@@ -242,6 +242,10 @@ def test_cli_prints_the_table_writes_csv_and_json_and_exits_0(case, tmp_path):
     (["--baseline", "zscore"], "needs --data"),
     (["--sweep", "4:2:1"], "--sweep 4:2:1"),
     (["--sweep", "a:b"], "START:STOP:STEP"),
+    (["--sigmas", "nan,nan"], "--sigmas needs two non-decreasing positive numbers"),  # flagged nothing, exit 0
+    (["--sigmas", "0,2"], "got 0,2"),                                                 # flagged every point
+    (["--sigmas", "4,2"], "got 4,2"),                                                 # 4σ called the warning
+    (["--sigmas", "inf,inf"], "got inf,inf"),
 ])
 def test_cli_exit_2_with_one_line(case, tmp_path, args, message):
     results, labels = case
