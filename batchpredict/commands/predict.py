@@ -73,7 +73,6 @@ def check_params(params: Params) -> Parsed:
     return Parsed(std, method if params.alerting else None, step, method)
 
 
-
 LOGGED = 20  # IPs with unreadable cells, and lines without an IP, logged one by one; the rest are counted
 
 
