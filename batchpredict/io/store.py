@@ -48,7 +48,7 @@ class Store:
         folder = self._models
         if ip not in folder.stems and not folder.outside:
             return []  # no name in model/ is one of its candidates, so none leaves the store either
-        names = _model_names(ip)
+        names = model_names(ip)
         for name in names:
             folder.check_inside(name)
         return [os.path.join(folder.name, name) for name in names
@@ -67,8 +67,8 @@ class Store:
             raise JobError(Status.LOAD_ERROR, f"ambiguous model: {' and '.join(models)} both exist; keep one")
         if not models:
             folder = self._models
-            _no_special(folder, _model_names(ip))
-            odd = [name for name in _model_names(ip) if name in folder.dirs]
+            _no_special(folder, model_names(ip))
+            odd = [name for name in model_names(ip) if name in folder.dirs]
             if odd:  # there, but not a model: worse than missing
                 what = "is a directory" if odd[0] != ip else f"is a directory without {SAVED_MODEL_FILE}"
                 raise JobError(Status.LOAD_ERROR, f"{folder.name}/{odd[0]} {what}, not a model")
@@ -141,7 +141,7 @@ class Store:
         return sorted(names)
 
 
-def _model_names(ip: str) -> tuple[str, ...]:
+def model_names(ip: str) -> tuple[str, ...]:
     """The names in model/ that could be the IP's model: a file of each suffix, or a SavedModel folder."""
     return (*(ip + suffix for suffix in MODEL_SUFFIXES), ip)
 
