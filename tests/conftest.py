@@ -248,13 +248,19 @@ def clean_run(base_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Sim
 @pytest.fixture(scope="session")
 def every_status_run(base_store: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """One CLI run without a terminal whose rows take every status, with warning and critical anomalies."""
+    import h5py
+
     tmp = tmp_path_factory.mktemp("every")
     store = Path(shutil.copytree(base_store, tmp / "store"))
     hang, crash, hog, broken, wrong, short, warning, critical = BASE_IPS[3:11]
     for ip, kind in ((hang, "hang"), (crash, "sigkill"), (hog, "hog")):
         write_scaler(store, ip, Poison(POISONS[kind]))
     next((store / "model").glob(f"{broken}.*")).write_bytes(os.urandom(4096))
-    write_scaler(store, wrong, MinMaxScaler().fit(np.zeros((3, 2))))  # 2 features: transform raises
+    with h5py.File(store / "model" / f"{wrong}.h5", "r+") as h5:  # a bias of NaN: the model returns NaN
+        biases: list = []
+        h5["model_weights"].visititems(lambda name, obj: biases.append(obj) if name.endswith("/bias") else None)
+        for bias in biases:
+            bias[...] = np.nan
     stds = json.loads((store / "std" / "std.json").read_text())
     write_stds(store, {**stds, warning: 100.0})
     data = {hang: series_for(hang)}  # first, so its timeout overlaps the other jobs

@@ -137,10 +137,10 @@ def _inspect_scaler(task: CheckTask, result: CheckResult) -> None:
         return
     path = os.path.join(task.store, task.scaler)
     if not task.trust:
-        result.scaler = scalers.read_untrusted(path).kind
+        result.scaler = scalers.read_untrusted(path, one_column=True).kind
         return
     if prediction.LEAN or not extras.installed():  # joblib is not there to read it: the lean reader is all there is
-        result.scaler = scalers.read_scaler(path).kind
+        result.scaler = scalers.read_scaler(path, one_column=True).kind
         return
     result.scaler = prediction.trusted_scaler(path).kind
     try:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import JobError, UsageError, writing
-from ..io.files import write_atomic
+from ..io.files import replaced, write_atomic
 from ..io.output import events
 from ..io.readers import read_text_records
 from ..io.table import read_table
@@ -177,7 +177,8 @@ def plot(path: str, scored: pd.DataFrame, labels: list[str], values: np.ndarray,
     ax.set_title(f"{worst['ip']}  {worst['timestamp']}  {worst['severity']}{more}", fontsize=10, loc="left")
     ax.legend(fontsize=7, loc="best", ncols=3, framealpha=0.8)
     ax.grid(alpha=0.3)
-    fig.savefig(path)
+    with replaced(path, keep_suffix=True, durable=False) as tmp:  # a full disk leaves no half PNG
+        fig.savefig(tmp)
 
 
 def _read_summary(results: str) -> dict:

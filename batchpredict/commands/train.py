@@ -27,7 +27,7 @@ from ..errors import IO_ERRORS, JobError, UsageError, first_line, writing
 from ..io import manifest
 from ..io.files import remove_leftovers, replaced, sync_folder, write_atomic
 from ..io.output import write_rows
-from ..io.store import MODEL_SUFFIXES, SAVING, Store
+from ..io.store import SAVING, Store, model_names
 from ..io.table import read_table
 from ..job import Params, RunOptions
 from ..result import Outcome, Status
@@ -203,7 +203,7 @@ def _save_model(model, job: TrainJob) -> str:  # noqa: ANN001
             model.save(built)
         cache.fill(final)  # the night's lean workers then never open it with h5py
     # Exactly one artefact per IP: a model retrained in another format replaces the old one.
-    for other in [os.path.join(folder, job.ip + s) for s in MODEL_SUFFIXES] + [os.path.join(folder, job.ip)]:
+    for other in (os.path.join(folder, name) for name in model_names(job.ip)):
         if other != final:
             shutil.rmtree(other, ignore_errors=True) if os.path.isdir(other) else _unlink(other)
     return os.path.relpath(final, job.store)

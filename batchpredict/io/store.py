@@ -49,7 +49,7 @@ class Store:
         folder = self._models
         if ip not in folder.stems and not folder.outside:
             return []  # no name in model/ is one of its candidates, so none leaves the store either
-        names = _model_names(ip)
+        names = model_names(ip)
         for name in names:
             folder.check_inside(name)
         return [os.path.join(folder.name, name) for name in names
@@ -70,7 +70,7 @@ class Store:
         if len(models) > 1:
             raise JobError(Status.LOAD_ERROR, f"ambiguous model: {' and '.join(models)} both exist; keep one")
         if not models:
-            names = _model_names(ip)
+            names = model_names(ip)
             _no_special(folder, names)
             odd = [name for name in names if name in folder.dirs]
             if odd:  # there, but not a model: worse than missing
@@ -145,7 +145,7 @@ class Store:
         return sorted(names)
 
 
-def _model_names(ip: str) -> tuple[str, ...]:
+def model_names(ip: str) -> tuple[str, ...]:
     """The names in model/ that could be the IP's model: a file of each suffix, or a SavedModel folder."""
     return (*(ip + suffix for suffix in MODEL_SUFFIXES), ip)
 

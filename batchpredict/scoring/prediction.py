@@ -43,14 +43,14 @@ def _scaler(path: str, trust: bool) -> scalers.LeanScaler | loading.LoadedScaler
     """The IP's scaler. joblib, which runs whatever a pickle holds, only for a trusted store and only in the
     TensorFlow pool."""
     if not trust:
-        return scalers.read_untrusted(path)
-    return scalers.read_scaler(path) if LEAN else trusted_scaler(path)
+        return scalers.read_untrusted(path, one_column=True)
+    return scalers.read_scaler(path, one_column=True) if LEAN else trusted_scaler(path)
 
 
 def trusted_scaler(path: str) -> loading.LoadedScaler:
-    """The scaler as joblib reads it, its statistics checked as the lean reader checks its own."""
+    """A job's scaler as joblib reads it, its statistics checked as the lean reader checks its own."""
     loaded = loading.load_scaler(path)
-    scalers.check_statistics(loaded.name, loaded.states)
+    scalers.check_statistics(loaded.name, loaded.states, one_column=True)
     return loaded
 
 

@@ -55,11 +55,19 @@ def _checked(x: Any, by: str | None) -> np.ndarray:
 _STATISTICS = ("min_", "mean_", "center_", "scale_")
 
 
-def check_statistics(name: str, states: Iterable[Mapping[str, Any]]) -> None:
-    """JobError(load_error) naming the first statistic of the fitted scalers (each one's state) that is not
-    finite numbers, or a scale_ of 0, which scikit-learn never fits: such a scaler turns every window into inf,
-    NaN or one value, and the prediction into one blamed on the model, or silently into a constant."""
+def check_statistics(name: str, states: Iterable[Mapping[str, Any]], *, one_column: bool = False) -> None:
+    """JobError(load_error) naming the first statistic of the fitted scalers (each one's state) that is empty or
+    not finite numbers, or a scale_ of 0, which scikit-learn never fits: such a scaler turns every window into inf,
+    NaN or one value, and the prediction into one blamed on the model, or silently into a constant.
+
+    `one_column` where the caller scales one column, as a job does: a scaler fitted on more features, or a
+    statistic of more than one value, is refused too, where numpy's words in the middle of the job would be an
+    `error` naming neither the scaler nor the cause."""
     for state in states:
+        features = state.get("n_features_in_")  # recorded since scikit-learn 0.24
+        if one_column and features is not None and features != 1:
+            raise JobError(Status.LOAD_ERROR, f"scaler {name}: fitted on {features} features, not the one column "
+                                              "a job scales")
         for key in _STATISTICS:
             value = state.get(key)
             if value is None:  # a scaler fitted without that step (StandardScaler(with_std=False))
@@ -67,6 +75,11 @@ def check_statistics(name: str, states: Iterable[Mapping[str, Any]]) -> None:
             array = np.asarray(value)
             if array.dtype.kind not in "biuf":
                 raise JobError(Status.LOAD_ERROR, f"scaler {name}: {key} is not numbers (dtype {array.dtype})")
+            if not array.size:
+                raise JobError(Status.LOAD_ERROR, f"scaler {name}: {key} is empty")
+            if one_column and (array.size > 1 or array.ndim > 2):  # what broadcasts over rows of one value
+                raise JobError(Status.LOAD_ERROR, f"scaler {name}: {key} has shape {array.shape}, not one value "
+                                                  "for the one column a job scales")
             wrong = ~np.isfinite(array) | (array == 0 if key == "scale_" else False)
             if wrong.any():
                 raise JobError(Status.LOAD_ERROR, f"scaler {name}: {key} is {array[wrong].flat[0]}")
@@ -109,8 +122,8 @@ class _Model:
 
     @property
     def states(self) -> list[dict[str, Any]]:
-        """The state of each scaler it applies: its own."""
-        return [self.state]
+        """The state of each scaler it applies: its own, with the feature count it recorded."""
+        return [{**self.state, "n_features_in_": self.n_features}]
 
 
 def _fitted(obj: Any) -> bool:
@@ -353,16 +366,17 @@ class LeanScaler:
         return np.asarray(self.model.inverse_transform(rows), dtype=float)
 
 
-def read_untrusted(path: str) -> LeanScaler:
+def read_untrusted(path: str, *, one_column: bool = False) -> LeanScaler:
     """read_scaler for a store nobody vouched for (no --trust-store): what it cannot read is a load_error."""
     try:
-        return read_scaler(path)
+        return read_scaler(path, one_column=one_column)
     except Unsupported as exc:
         raise JobError(Status.LOAD_ERROR, f"{exc}; read it only with --trust-store") from None
 
 
-def read_scaler(path: str) -> LeanScaler:
-    """The scaler in `path` (a joblib or pickle file); Unsupported, saying why, when it is not one read here."""
+def read_scaler(path: str, *, one_column: bool = False) -> LeanScaler:
+    """The scaler in `path` (a joblib or pickle file); Unsupported, saying why, when it is not one read here.
+    `one_column`: for a job, which scales one (check_statistics)."""
     name = os.path.basename(path)
     try:
         model = _Unpickler(io.BytesIO(_contents(path))).load()
@@ -372,6 +386,6 @@ def read_scaler(path: str) -> LeanScaler:
         raise Unsupported(f"scaler {name}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a damaged file raises anything; the full path names it properly
         raise Unsupported(f"scaler {name}: not read without scikit-learn ({first_line(exc)})") from None
-    check_statistics(name, model.states)
+    check_statistics(name, model.states, one_column=one_column)
     return LeanScaler(model, name, f"{model.label} pickled with scikit-learn {', '.join(sorted(model.versions))}, "
                                    "read without scikit-learn")

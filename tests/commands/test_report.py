@@ -144,16 +144,33 @@ def test_an_out_that_is_a_file_exits_2(every_status_run, tmp_path, under):
     assert done.stderr.endswith(": Not a directory\n") or done.stderr.endswith(": File exists\n"), done.stderr
 
 
-def test_a_disk_that_takes_no_more_is_exit_74_naming_the_file(every_status_run, tmp_path):
-    """RLIMIT_FSIZE (EFBIG, SIGXFSZ ignored) stands for a full disk: the first plot cannot be written."""
+def limited_to(size: int):  # noqa: ANN201
+    """A preexec_fn: RLIMIT_FSIZE (EFBIG, SIGXFSZ ignored) stands for a disk that takes `size` bytes a file."""
     def limited() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+    return limited
 
-    done = report_into(every_status_run, tmp_path / "r", limited)
+
+def test_a_disk_that_takes_no_more_is_exit_74_naming_the_file(every_status_run, tmp_path):
+    """The first plot cannot be written, and what was written of it is gone."""
+    done = report_into(every_status_run, tmp_path / "r", limited_to(4096))
     assert done.returncode == 74, done.stderr
     assert re.fullmatch(r"batchpredict: file too large \(no space left under its limit\) writing "
                         rf"{re.escape(str(tmp_path / 'r' / 'plots'))}/\S+\.png\n", done.stderr), done.stderr
+    assert not list((tmp_path / "r" / "plots").iterdir())  # nor a temporary file
+
+
+def test_a_disk_full_at_a_plots_last_bytes_leaves_no_part_of_it(every_status_run, report, tmp_path):
+    """Pillow removes a PNG it fails to write, but not when its last bytes fail as the file is closed: that PNG
+    stayed, cut short, under its own name."""
+    _, out, page = report
+    first = next(iter(page.images.values()))  # plotted first, as in any run of the same results
+    done = report_into(every_status_run, tmp_path / "r", limited_to((out / first).stat().st_size - 1))
+    assert done.returncode == 74, done.stderr
+    assert done.stderr == ("batchpredict: file too large (no space left under its limit) writing "
+                           f"{tmp_path / 'r' / first}\n")
+    assert not list((tmp_path / "r" / "plots").iterdir())
 
 
 def test_a_read_only_file_system_is_exit_74(every_status_run, tmp_path):

@@ -1,9 +1,11 @@
 """Every model format people have, through the real loader in real workers, each prediction checked
 against the runtime that saved it (generated models) or the runtime that reads it (real files)."""
+import json
 import logging
 import re
 import shutil
 import warnings
+from pathlib import Path
 
 import joblib
 import numpy as np
@@ -27,6 +29,8 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 from batchpredict import RunOptions, predict_table
 from batchpredict.errors import JobError
 from batchpredict.scoring.loading import describe, load_scaler
+
+REPO = Path(__file__).resolve().parents[2]
 
 # what the debug log must say each was read with, by engine; auto takes numpy where it can
 READ_WITH = {
@@ -103,6 +107,27 @@ def test_a_model_giving_other_than_one_value_per_window_is_refused_when_called(w
     assert _checked("m", lambda x: right(x)[:, 0])(windows).shape == (4,)
     with pytest.raises(JobError, match=r"^m: the model outputs \(1, 1\) for 4 windows$"):
         _checked("m", lambda x: right(x)[:1])(windows)
+
+
+@pytest.mark.timeout(60)
+def test_a_config_declaring_more_units_than_its_weights_hold_is_a_load_error_at_once(tmp_path):
+    """The weights do not fit the config, so the numpy engine sent the job to TensorFlow, where Keras built the
+    10**9-unit LSTM declared until --timeout killed it."""
+    import h5py
+
+    store, ip = Path(shutil.copytree(REPO / "models", tmp_path / "store")), "10.0.0.10"
+    with h5py.File(store / "model" / f"{ip}.h5", "r+") as h5:
+        config = json.loads(h5.attrs["model_config"])
+        lstm = next(layer["config"] for layer in config["config"]["layers"] if layer["class_name"] == "LSTM")
+        lstm["units"] = 10**9
+        h5.attrs["model_config"] = json.dumps(config)
+    lines = (REPO / "examples" / "stats.csv").read_text().splitlines()
+    table = tmp_path / "t.csv"
+    table.write_text("\n".join([lines[0], *(line for line in lines if line.startswith(ip + ","))]) + "\n")
+    row = predict_table(str(table), str(store)).set_index("ip").loc[ip]
+    assert row["status"] == "load_error", row["error"]
+    assert re.fullmatch(rf"{re.escape(ip)}\.h5: h5 keras_version=3\.\S+ via \S+: LSTM '{lstm['name']}': its config "
+                        r"declares units 1,000,000,000, but the file holds 16,896 weight values for it", row["error"])
 
 
 @pytest.mark.parametrize("ip, kind, version, runtime", [

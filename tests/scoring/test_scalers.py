@@ -25,7 +25,7 @@ from sklearn.preprocessing import (
     StandardScaler,
 )
 
-from batchpredict import predict_table
+from batchpredict import RunOptions, predict_table
 from batchpredict.errors import JobError, Unsupported
 from batchpredict.result import Status
 from batchpredict.scoring.loading import LoadedScaler
@@ -225,6 +225,44 @@ def test_a_scaler_of_bad_statistics_is_its_ips_load_error(store: Path, table: Pa
     assert (frame.drop(list(broken))["status"] == "ok").all()
     for ip, value in broken.items():
         assert (frame.loc[ip, "status"], frame.loc[ip, "error"]) == ("load_error", f"scaler {ip}.save: scale_ is {value}")
+
+
+def _three_features(scaler: Any) -> Any:
+    return type(scaler)().fit(RNG.normal(5, 3, (60, 3)))
+
+
+# (what is done to an IP's scaler, what its load_error says after "scaler <ip>.save: ")
+NOT_ONE_COLUMN: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "empty": (lambda s: _with_extra(s, scale_=np.array([])), "scale_ is empty"),
+    "two-values": (lambda s: _with_extra(s, scale_=np.array([[0.5], [0.25]])),
+                   "scale_ has shape (2, 1), not one value for the one column a job scales"),
+    "three-features": (_three_features, "fitted on 3 features, not the one column a job scales"),
+    "three-values-unrecorded": (lambda s: _delattr(_three_features(s), "n_features_in_"),
+                                "min_ has shape (3,), not one value for the one column a job scales"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_ONE_COLUMN)
+def test_statistics_that_do_not_apply_to_one_column_are_a_load_error(case: str, tmp_path: Path) -> None:
+    """A job scales one column; read for one, such a scaler is refused by either reader."""
+    change, said = NOT_ONE_COLUMN[case]
+    path = str(written(change(fitted(MinMaxScaler, 1)), "joblib", tmp_path / "10.0.0.1.save"))
+    for read in (lambda p: read_scaler(p, one_column=True), trusted_scaler):
+        with pytest.raises(JobError) as refused:
+            read(path)
+        assert (refused.value.status, str(refused.value)) == (Status.LOAD_ERROR, f"scaler 10.0.0.1.save: {said}")
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_a_scaler_not_for_one_column_is_its_ips_load_error(store: Path, table: Path, trust: bool) -> None:
+    """Once an `error` in numpy's words (operands could not be broadcast...), or scikit-learn's."""
+    broken = dict(zip(BASE_IPS[:len(NOT_ONE_COLUMN)], NOT_ONE_COLUMN.values(), strict=True))
+    for ip, (change, _) in broken.items():
+        joblib.dump(change(joblib.load(store / "sc" / f"{ip}.save")), store / "sc" / f"{ip}.save")
+    frame = predict_table(str(table), str(store), options=RunOptions(trust_store=trust)).set_index("ip")
+    assert (frame.drop(list(broken))["status"] == "ok").all()
+    for ip, (_, said) in broken.items():
+        assert (frame.loc[ip, "status"], frame.loc[ip, "error"]) == ("load_error", f"scaler {ip}.save: {said}")
 
 
 class Custom:

@@ -126,7 +126,7 @@ def _chain(model: dict, weights: Any, major: int) -> tuple[list | None, list[Lay
             declared, inner = _chain(layer, weights.inner(layer), major)
         else:
             names, arrays = weights.arrays(layer)
-            spec = LayerSpec(layer["class_name"], layer["config"], arrays, names)
+            spec = _held(LayerSpec(layer["class_name"], layer["config"], arrays, names))
             inner = [keras1.translate(spec) if major == 1 else spec]
             declared = inner[0].config.get("batch_shape") or inner[0].config.get("batch_input_shape")
         if not specs:
@@ -135,6 +135,23 @@ def _chain(model: dict, weights: Any, major: int) -> tuple[list | None, list[Lay
     if shape is None and isinstance(config, dict):
         shape = config.get("build_input_shape")
     return shape, specs
+
+
+_SIZES = ("units", "output_dim", "filters")  # how a config declares a layer's size (output_dim: Keras 1's units)
+
+
+def _held(spec: LayerSpec) -> LayerSpec:
+    """`spec`, unless its config declares a size larger than the weight values the file holds for it: a layer of
+    U units has at least U (its kernel alone is inputs x U), so no runtime could load it, and Keras would build
+    the size declared (10**9 units runs until --timeout) before it found out. A layer without weights is left to
+    the layer functions."""
+    held = sum(w.size for w in spec.weights)
+    for key in _SIZES:
+        size = spec.config.get(key)
+        if held and isinstance(size, int | float) and size > held:
+            raise JobError(Status.LOAD_ERROR, f"{spec}: its config declares {key} {size:,}, but the file holds "
+                                              f"{held:,} weight values for it")
+    return spec
 
 
 def _single_chain(config: dict) -> list[dict]:

@@ -166,6 +166,29 @@ def test_keras_1_file_the_engine_cannot_run_is_a_load_error(tmp_path: Path, case
     assert caught.value.status == Status.LOAD_ERROR
 
 
+CONTRADICTED = {  # id -> (model_config, weights, keras_version, message): a size declared past the weights held
+    "units": (sequential(lstm(units=10**9), shape=IN), LSTM_WEIGHTS, "2.4.0",
+              "LSTM 'lstm': its config declares units 1,000,000,000, but the file holds 32 weight values for it"),
+    "output_dim": ({"class_name": "Sequential", "config": [
+        {"class_name": "Dense", "config": {"name": "dense_1", "output_dim": 10**6, "input_dim": 5}}]},
+        {"dense_1": {"dense_1_W": np.zeros((5, 1), np.float32), "dense_1_b": np.zeros(1, np.float32)}}, "1.2.2",
+        "Dense 'dense_1': its config declares output_dim 1,000,000, but the file holds 6 weight values for it"),
+    "filters": (sequential({"class_name": "Conv1D", "config": {"name": "conv", "filters": 10**6, "kernel_size": [3]}},
+                           shape=IN),
+                {"conv": {"conv/kernel:0": np.zeros((3, 1, 2), np.float32), "conv/bias:0": np.zeros(2, np.float32)}},
+                "2.4.0", "Conv1D 'conv': its config declares filters 1,000,000, but the file holds 8 weight values for it"),
+}
+
+
+@pytest.mark.parametrize("case", CONTRADICTED)
+def test_a_size_past_the_weights_held_is_a_load_error(tmp_path: Path, case: str) -> None:
+    """Not Unsupported: TensorFlow, given it, built the layer the config declares (10**9 units ran until --timeout)."""
+    config, weights, version, message = CONTRADICTED[case]
+    with pytest.raises(JobError) as caught:
+        load(str(write_h5(tmp_path / "m.h5", config, weights, version)))
+    assert (caught.value.status, str(caught.value)) == (Status.LOAD_ERROR, message)
+
+
 def _truncated_hdf5(path: Path) -> None:
     write_h5(path, sequential(lstm(), shape=IN), LSTM_WEIGHTS, "2.4.0")
     path.write_bytes(path.read_bytes()[:1500])
