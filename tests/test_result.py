@@ -126,6 +126,24 @@ def test_no_points():
     assert empty.lower.shape == empty.upper.shape == (0, 0)
 
 
+def test_no_points_are_one_shared_instance_that_nothing_changes():
+    """Every result without points shares them (a million a night at scale), so none may change them for all."""
+    import pickle
+
+    import dill
+
+    a, b = Result(ip="a"), Result(ip="b", status=Status.NO_MODEL)
+    assert a.points is b.points is Points.empty()
+    with pytest.raises(AttributeError, match="shared"):
+        a.points.alert = np.ones(0, dtype=bool)
+    with pytest.raises(ValueError, match="read-only"):
+        a.points.observed[...] = 1.0
+    for dumps, loads in ((pickle.dumps, pickle.loads), (dill.dumps, dill.loads)):  # a worker's result, either pickler
+        assert loads(dumps(a)).points is Points.empty()
+    back = Result.from_dict(json.loads(json.dumps(a.to_dict())))  # a journal line
+    assert back.points == a.points and len(back.points) == 0
+
+
 def test_a_result_counts_its_anomalies_and_alerts_and_takes_point_objects():
     result = Result(ip="10.0.0.1", points=ALERTING, model="model/10.0.0.1.h5", engine="numpy")
     assert isinstance(result.points, Points) and result.points == ALERTING
