@@ -169,26 +169,18 @@ class Points:
         return cls(**{name: _decoded(value) for name, value in d.items()})
 
 
-def _read_only(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
-
-
-_EMPTY: dict[str, Any] = {
-    "timestamp": _read_only(np.empty(0, dtype=str)),
-    **{name: _read_only(np.empty(0)) for name in ("observed", "predicted", "std")},
-    **{name: _read_only(np.empty((0, 0))) for name in ("lower", "upper")},
-    "anomaly": _read_only(np.empty(0, dtype=bool)), "severity": _read_only(np.empty(0, dtype=np.uint8)),
-    "rolled": _read_only(np.zeros(0, dtype=bool)), "std_mode": "store", "alert": None, "score": None, "judged": None,
-    "method": "", "rule": None}
-
 class _NoPoints(Points):
     """Points.empty()'s one instance: its arrays are read-only and its attributes cannot be set again."""
 
     __slots__ = ()
 
     def __init__(self) -> None:
-        for name, value in _EMPTY.items():
+        built = Points(np.empty(0, dtype=str), *(np.empty(0),) * 3, lower=np.empty((0, 0)), upper=np.empty((0, 0)),
+                       anomaly=np.empty(0, dtype=bool), severity=np.empty(0, dtype=np.uint8))
+        for name in Points.__slots__:
+            value = getattr(built, name)
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
