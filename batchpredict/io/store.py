@@ -47,8 +47,8 @@ class Store:
     def model_candidates(self, ip: str) -> list[str]:
         """Every model artefact present for `ip`, relative to the store."""
         folder = self._models
-        if ip not in folder.stems and not folder.outside:
-            return []  # no name in model/ is one of its candidates, so none leaves the store either
+        if folder.has_none_of(ip):
+            return []
         names = model_names(ip)
         for name in names:
             folder.check_inside(name)
@@ -64,7 +64,7 @@ class Store:
             raise JobError(Status.LOAD_ERROR, f"a training run stopped while writing its model, scaler and std "
                                               f"(model/{marker}): they may not belong together; train it again")
         folder = self._models
-        if ip not in folder.stems and not folder.outside:  # none of its names is in model/: most IPs of a big table
+        if folder.has_none_of(ip):  # most IPs of a big table: said without looking at each candidate name
             raise JobError(Status.NO_MODEL, _NO_MODEL.format(ip=ip))
         models = self.model_candidates(ip)
         if len(models) > 1:
@@ -196,6 +196,10 @@ class _Folder:
                         self.others.add(name)
         except OSError:  # missing, not a folder, unreadable: nothing in it, as os.path.isfile would say
             pass
+
+    def has_none_of(self, ip: str) -> bool:
+        """No name here is one of the IP's (model_names), so none of them leaves the store either."""
+        return ip not in self.stems and not self.outside
 
     def check_inside(self, name: str) -> None:
         if self.outside or name in self._escaping:
