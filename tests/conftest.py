@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -223,6 +225,28 @@ def run_cli(*args: str, timeout: float = 240, env: dict | None = None, cpus: set
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})},
                           preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+
+
+def without_blocking(read: Callable[[], object], fifo: Path) -> object:
+    """What `read()` returns or raises, called on a thread; the test fails where it is still waiting on the FIFO
+    `fifo` after 10 s (then a writer's end lets it go, so that the test ends)."""
+    answer: list[object] = []
+
+    def reading() -> None:
+        try:
+            answer.append(read())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            answer.append(exc)
+
+    reader = threading.Thread(target=reading, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    blocked = reader.is_alive()
+    if blocked:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=10)
+    assert not blocked, f"blocked on {fifo}"
+    return answer[0]
 
 
 def read_out(path: Path) -> pd.DataFrame:

@@ -1,5 +1,5 @@
-"""Files replaced whole (a reader, or a run killed half-way, never sees half a file), and a store's JSON files read
-as nothing but data."""
+"""Files replaced whole (a reader, or a run killed half-way, never sees half a file), a store's JSON files read
+as nothing but data, and the framing of the binary files a run keeps for itself (histories, cached weights)."""
 from __future__ import annotations
 
 import contextlib
@@ -8,12 +8,15 @@ import json
 import os
 import re
 import stat
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from ..errors import UsageError
 
 _NAMES = itertools.count()  # with the pid, a temporary file's name
+_LENGTH = 8  # bytes of a frame's header length, little-endian, after its magic line
+_CRC = 4     # bytes of a frame's closing CRC32, little-endian
 
 
 @contextlib.contextmanager
@@ -153,3 +156,30 @@ def outside(root: str, path: str) -> bool:
     """Whether `path`, its links followed, lies outside `root` (itself resolved)."""
     real = os.path.realpath(root)
     return os.path.commonpath([real, os.path.realpath(path)]) != real
+
+
+def framed(magic: bytes, header: bytes, payload: bytes) -> bytes:
+    """A frame: the magic line, the header's length, the header, the payload, then a CRC32 of all but the magic
+    line, so that a changed byte of the header (an array's offset, a running sum) fails as the payload's would."""
+    inner = len(header).to_bytes(_LENGTH, "little") + header + payload
+    return magic + inner + zlib.crc32(inner).to_bytes(_CRC, "little")
+
+
+def unframed(data: bytes, magic: bytes, *, closed: bool = True) -> tuple[bytes, memoryview]:
+    """A frame's (header, payload), once its magic line and CRC are checked; ValueError saying which failed.
+    `closed=False` reads a frame of a format whose CRC, in its header, covers the payload only (the caller
+    checks it)."""
+    if not data.startswith(magic):
+        raise ValueError("another magic line")
+    view = memoryview(data)
+    if closed:
+        if len(data) < len(magic) + _LENGTH + _CRC:
+            raise ValueError("too short")
+        if zlib.crc32(view[len(magic):-_CRC]) != int.from_bytes(view[-_CRC:], "little"):
+            raise ValueError("CRC mismatch")
+        view = view[:-_CRC]
+    start = len(magic) + _LENGTH
+    length = int.from_bytes(view[len(magic):start], "little")
+    if start + length > len(view):
+        raise ValueError("a header longer than the file")
+    return bytes(view[start:start + length]), view[start + length:]

@@ -5,11 +5,11 @@
          └── written by that worker after its job: the last values and predictions the next night needs
 
 A file is a magic line, a JSON header, the raw float64 arrays and the labels (their UTF-8 bytes at a fixed width,
-each byte position's column after the other, zlib-compressed: timestamps compress to a few hundred bytes), with a
-CRC: nothing in it runs. Anything else (torn by a crash, another version, a CRC that does not match) is no
-history, and the IP is scored from its table alone. `before` is the running sum and count of every numeric
-value the file no longer holds: a missing value's fill is the mean of all the values before it
-(features.scored_windows), so it stays exact however far back the series began.
+each byte position's column after the other, zlib-compressed: timestamps compress to a few hundred bytes), and a
+CRC of the header and the rest (files.framed): nothing in it runs. Anything else (torn by a crash, another
+version, a CRC that does not match) is no history, and the IP is scored from its table alone. `before` is the
+running sum and count of every numeric value the file no longer holds: a missing value's fill is the mean of all
+the values before it (features.scored_windows), so it stays exact however far back the series began.
 """
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .files import NotRegular, open_regular, replaced
+from .files import NotRegular, framed, open_regular, replaced, unframed
 
-# Version 3: with `origin` (version 2 had none; version 1 held the labels as a JSON list); a file of another version
-# is no history.
-MAGIC = b"batchpredict history 3\n"
+# Version 4: the CRC covers the header too. Version 3 (its CRC in the header, over the rest) is still read, so that
+# an upgrade keeps the nights kept; version 2 had no `origin`, version 1 held the labels as a JSON list: no history.
+MAGIC = b"batchpredict history 4\n"
+_HEADER_CRC = b"batchpredict history 3\n"
 SUFFIX = ".history"
 
 
@@ -69,9 +70,10 @@ def read(path: str) -> History | None:
     try:
         with open_regular(path) as fh:
             # The magic line first: a large file that is no history (a link to a log, a core dump) is not read whole.
-            if fh.read(len(MAGIC)) != MAGIC:
+            magic = fh.read(len(MAGIC))
+            if magic not in (MAGIC, _HEADER_CRC):
                 raise Unreadable("not a history file of this version")
-            data = MAGIC + fh.read()
+            data = magic + fh.read()
     except FileNotFoundError:
         return None
     except NotRegular:
@@ -79,11 +81,9 @@ def read(path: str) -> History | None:
     except OSError as exc:
         raise Unreadable(exc.strerror or str(exc)) from None
     try:
-        start = len(MAGIC) + 8
-        length = int.from_bytes(data[len(MAGIC):start], "little")
-        header = json.loads(data[start:start + length])
-        body = memoryview(data)[start + length:]
-        if zlib.crc32(body) != header["crc32"]:
+        text, body = unframed(data, magic, closed=magic == MAGIC)
+        header = json.loads(text)
+        if magic == _HEADER_CRC and zlib.crc32(body) != header["crc32"]:
             raise ValueError("CRC mismatch")
         count, kept, width = int(header["values"]), int(header["predicted"]), int(header["width"])
         floats = 8 * (count + kept)
@@ -114,6 +114,6 @@ def write(path: str, history: History) -> None:
             + zlib.compress(columns.tobytes(), 1))
     header = json.dumps({"values": len(history.values), "predicted": len(history.predicted), "width": width,
                          "before": list(history.before), "key": history.key, "origin": history.origin,
-                         "ip": history.ip, "crc32": zlib.crc32(body)}).encode()
+                         "ip": history.ip}).encode()
     with replaced(path, durable=False) as temporary, open(temporary, "wb") as out:
-        out.write(MAGIC + len(header).to_bytes(8, "little") + header + body)
+        out.write(framed(MAGIC, header, body))

@@ -15,7 +15,6 @@ import contextlib
 import json
 import math
 import os
-import zlib
 from typing import Any
 
 import numpy as np
@@ -23,12 +22,13 @@ import orjson
 
 from ...errors import BatchPredictError
 from ...io import manifest
-from ...io.files import replaced
+from ...io.files import NotRegular, framed, open_regular, replaced, unframed
 from .artefact import Artefact, read
 from .spec import LayerSpec
 
-MAGIC = b"batchpredict weights 1\n"
-_LENGTH = 8  # bytes of the header's length, little-endian, after MAGIC
+# Version 2: the CRC covers the header too (an array's offset or shape changed is a miss); an entry of version 1 is a
+# miss, and rewritten.
+MAGIC = b"batchpredict weights 2\n"
 _DTYPES = {"<f4", "<f8", "<f2", "<i4", "<i8"}
 _ALIGN = 64
 
@@ -90,29 +90,22 @@ def write(entry: str, artefact: Artefact) -> None:
                        "arrays": arrays})
     payload = b"".join(chunks)
     header = json.dumps({"kind": artefact.kind, "keras_version": artefact.keras_version, "major": artefact.major,
-                         "input_shape": list(artefact.input_shape), "layers": layers, "size": len(payload),
-                         "crc32": zlib.crc32(payload)}).encode()
+                         "input_shape": list(artefact.input_shape), "layers": layers}).encode()
     # Not fsynced: an entry a crash leaves short fails its CRC, is a miss, and is written again.
     with replaced(entry, durable=False) as temporary, open(temporary, "wb") as out:
-        out.write(MAGIC + len(header).to_bytes(_LENGTH, "little") + header + payload)
+        out.write(framed(MAGIC, header, payload))
 
 
 def _read(entry: str) -> Artefact | None:
     """The entry's artefact, or None for anything but a whole, well-formed entry."""
     try:
-        with open(entry, "rb") as fh:
+        with open_regular(entry) as fh:  # a FIFO there would block the worker until --timeout
             data = fh.read()
-    except OSError:
+    except (OSError, NotRegular):
         return None
-    if not data.startswith(MAGIC):
-        return None
-    start = len(MAGIC) + _LENGTH
     try:
-        length = int.from_bytes(data[len(MAGIC):start], "little")
-        header = _json(data[start:start + length])
-        payload = memoryview(data)[start + length:]
-        if header["size"] != len(payload) or header["crc32"] != zlib.crc32(payload):
-            return None
+        text, payload = unframed(data, MAGIC)
+        header = _json(text)
         layers = tuple(LayerSpec(str(layer["class_name"]), _mapping(layer["config"]),
                                  tuple(_array(payload, a) for a in layer["arrays"]),
                                  tuple(str(name) for name in layer["weight_names"])) for layer in header["layers"])

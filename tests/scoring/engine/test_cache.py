@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import engine_models, engine_runs
+from conftest import engine_models, engine_runs, without_blocking
 
-from batchpredict.io import manifest
+from batchpredict.io import files, manifest
 from batchpredict.scoring.engine import artefact, cache, load
 
 MODELS = Path(__file__).parents[3] / "models" / "model"
@@ -52,12 +52,31 @@ def test_without_the_cache_a_model_carries_no_digest(monkeypatch):
 
 
 def corruptions(data: bytes) -> dict[str, bytes]:
-    header_end = len(cache.MAGIC) + 8 + int.from_bytes(data[len(cache.MAGIC):len(cache.MAGIC) + 8], "little")
     flipped = bytearray(data)
-    flipped[-5] ^= 0x40  # a bit of the last array: the CRC no longer matches
+    flipped[-9] ^= 0x40  # a bit of the last array: the CRC no longer matches
+    header, payload = files.unframed(data, cache.MAGIC) if data.startswith(cache.MAGIC) else (b"", memoryview(b""))
+    # Headers that their CRC covers, as a writer of another kind would frame them: the reader's own checks.
+    reframed = {"a header that is not JSON": header[:-3] + b"}}}", "an object dtype": header.replace(b'"<f4"', b'"|O8"', 1)}
     return {"empty": b"", "truncated": data[:len(data) // 2], "other magic": b"x" + data[1:],
-            "a flipped bit": bytes(flipped), "a header that is not JSON": data[:header_end - 3] + b"}}}" + data[header_end:],
-            "an object dtype": data.replace(b'"<f4"', b'"|O8"', 1), "text": b"import os; os.system('x')\n"}
+            "a flipped bit": bytes(flipped), "version 1": data.replace(cache.MAGIC, b"batchpredict weights 1\n"),
+            **{kind: files.framed(cache.MAGIC, text, bytes(payload)) for kind, text in reframed.items()},
+            "text": b"import os; os.system('x')\n"}
+
+
+def test_every_changed_byte_of_an_entry_is_a_miss(folder):
+    """Header included: an array's offset or shape one digit off would give other weights, not a crash."""
+    load(str(MODELS / "10.0.0.10.h5"))
+    (entry,) = entries(folder)
+    data = entry.read_bytes()
+    assert cache._read(str(entry)) is not None
+    _, payload = files.unframed(data, cache.MAGIC)
+    arrays = len(data) - len(payload) - 4
+    # Every byte up to the arrays (magic, length, header), then every 101st of the arrays, and the CRC.
+    for position in [*range(arrays), *range(arrays, len(data) - 4, 101), *range(len(data) - 4, len(data))]:
+        changed = bytearray(data)
+        changed[position] ^= 0x01 if position % 2 else 0x10
+        entry.write_bytes(changed)
+        assert cache._read(str(entry)) is None, position
 
 
 @pytest.mark.parametrize("kind", list(corruptions(b"x" * 64)))
@@ -80,6 +99,16 @@ def test_an_entry_is_keyed_by_the_files_content(folder, tmp_path):
     assert load(str(MODELS / "10.0.0.10.h5")).source == "cache"  # the same bytes: the same entry
     shutil.copy(MODELS / "10.0.0.12.h5", copy)
     assert load(str(copy)).source == "file" and len(entries(folder)) == 2
+
+
+def test_a_fifo_where_the_entry_goes_is_a_miss_at_once_and_is_replaced(folder):
+    path = MODELS / "10.0.0.10.h5"
+    load(str(path))
+    (entry,) = entries(folder)
+    entry.unlink()
+    os.mkfifo(entry)
+    assert without_blocking(lambda: load(str(path)), entry).source == "file"
+    assert entry.is_file() and load(str(path)).source == "cache"
 
 
 def test_off_and_an_unwritable_folder_still_load(tmp_path, monkeypatch):
