@@ -87,6 +87,7 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
     (["--data", "{tmp}/bad.parquet"], "cannot read table"),
     (["--sigmas", "4,2"], "sigmas"),
     (["--workers", "0"], "whole number"),
+    (["--workers", "100000000"], "leaves each worker"),  # every job would be killed for memory
     (["--layout", "tall"], "invalid choice"),
     (["--max-worker-memory", "lots"], "not a size"),
     (["--points", "0"], "whole number"),

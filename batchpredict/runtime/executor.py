@@ -46,6 +46,7 @@ from typing import Any, TypeVar, cast
 import multiprocess as mp
 import psutil
 
+from ..errors import UsageError
 from ..result import Outcome, Status
 from .forkserver import Process, launch, ready
 
@@ -57,6 +58,9 @@ EXIT_GRACE_S = 5.0
 _PR_SET_PDEATHSIG = 1
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 LOOKAHEAD_BATCHES = 3  # batches per worker that the supervisor holds beyond those running
+# The least default cap a worker may get: a numpy-engine worker peaks near 40 MiB (make bench), so below this every
+# job would be killed for memory.
+MIN_DEFAULT_MEMORY_MIB = 64
 # The consumer waits on the supervisor this long at a time: the kernel may hand a signal to the supervisor's
 # thread, and its handler runs on the main thread only once that wakes.
 _WAIT_S = 0.1
@@ -148,6 +152,16 @@ def rss_mib(pid: int) -> float:
         return 0.0
 
 
+def _default_cap(workers: int) -> float:
+    """The memory available now, shared by `workers`; UsageError where each share is too small to run a job."""
+    available = psutil.virtual_memory().available / 2**20
+    if available / workers < MIN_DEFAULT_MEMORY_MIB:
+        raise UsageError(f"--workers {workers:,} leaves each worker {available / workers:.3g} MiB of the "
+                         f"{available:,.0f} MiB available (a job needs at least {MIN_DEFAULT_MEMORY_MIB}): run "
+                         f"at most {int(available // MIN_DEFAULT_MEMORY_MIB):,}, or give --max-worker-memory")
+    return available / workers
+
+
 class LocalExecutor:
     """Runs tasks in forked, supervised worker processes on this machine."""
 
@@ -158,7 +172,7 @@ class LocalExecutor:
         self.workers = max(1, workers)
         self.jobs_per_worker = max(1, jobs_per_worker)
         self.timeout = timeout
-        self.max_memory_mib = max_memory_mib or psutil.virtual_memory().available / 2**20 / self.workers
+        self.max_memory_mib = max_memory_mib or _default_cap(self.workers)
         self.retries = retries
         self.poll_interval = poll_interval
         # The supervisor holds this many tasks unanswered (the batches running and LOOKAHEAD_BATCHES more

@@ -14,7 +14,8 @@ from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli
 from leanprobe import Task, handler
 
 from batchpredict.result import Status
-from batchpredict.runtime.executor import LocalExecutor, exit_reason
+from batchpredict.errors import UsageError
+from batchpredict.runtime.executor import MIN_DEFAULT_MEMORY_MIB, LocalExecutor, exit_reason
 
 VICTIM = BASE_IPS[3]
 RESULT_COLUMNS = ["ip", "timestamp", "observed", "predicted", "lower_2std", "upper_4std", "anomaly", "severity",
@@ -106,6 +107,15 @@ def test_lean_workers_fail_as_tensorflow_workers_do(action, status, fragment):
     assert len(results) == 3 and by_ip["a"].error == by_ip["c"].error == "lean=True"
     assert by_ip["b"].status is status and fragment in by_ip["b"].error, by_ip["b"].error
     assert by_ip["b"].attempts == (2 if status is Status.CRASHED else 1)
+
+
+def test_workers_too_many_for_the_memory_are_a_usage_error_unless_their_cap_is_given():
+    """Each share of the memory available would be under what a job needs: every job killed for memory."""
+    too_many = int(psutil.virtual_memory().available / 2**20 / MIN_DEFAULT_MEMORY_MIB) * 2
+    with pytest.raises(UsageError, match=f"--workers {too_many:,} leaves each worker .* MiB"):
+        LocalExecutor(workers=too_many)
+    assert LocalExecutor(workers=too_many, max_memory_mib=100).max_memory_mib == 100
+    assert LocalExecutor(workers=too_many // 4).max_memory_mib >= MIN_DEFAULT_MEMORY_MIB
 
 
 @pytest.mark.parametrize("jobs_per_worker", [1, 3])
