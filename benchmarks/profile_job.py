@@ -65,8 +65,8 @@ def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
 def instrument() -> None:
     """Wraps what prediction._score calls, where it looks each name up."""
     def scaler(load: Callable[[str], Any]) -> Callable[[str], Any]:
-        def read(path: str) -> Any:
-            found = timed("read scaler", load)(path)
+        def read(path: str, **kwargs: Any) -> Any:
+            found = timed("read scaler", load)(path, **kwargs)
             for method in ("transform", "inverse_transform"):  # a frozen dataclass: set past its guard
                 object.__setattr__(found, method, timed("scale", getattr(found, method)))
             return found
