@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import JobError, Unsupported, first_line
 from ..result import Status
+from .scalers import Scaler
 
 _KERAS_VERSION = re.compile(rb'"keras_version":\s*"([^"]+)"')
 
@@ -49,23 +50,20 @@ class LoadedModel:
     digest: dict | None = None  # the model file's io.manifest.digest, where the numpy engine hashed it to load it
 
 
-@dataclass
-class LoadedScaler:
+@dataclass(frozen=True)
+class Estimator:
+    """A scaler joblib read, as scalers.Scaler calls its model: quiet about feature names, its state as the lean
+    reader gives its own."""
+
     scaler: Any
-    name: str  # the file's name
-    kind: str  # its class and the scikit-learn version that pickled it, for the debug log and store check
 
-    @property
-    def note(self) -> str:
-        return f"scaler {self.name}: {self.kind}"
-
-    def transform(self, column: np.ndarray) -> np.ndarray:
+    def transform(self, x: Any) -> Any:
         with _feature_names_quiet():
-            return np.asarray(self.scaler.transform(column.reshape(-1, 1)), dtype=float)
+            return self.scaler.transform(x)
 
-    def inverse_transform(self, rows: np.ndarray) -> np.ndarray:
+    def inverse_transform(self, x: Any) -> Any:
         with _feature_names_quiet():
-            return np.asarray(self.scaler.inverse_transform(rows), dtype=float)
+            return self.scaler.inverse_transform(x)
 
     @property
     def states(self) -> list[dict[str, Any]]:
@@ -346,7 +344,7 @@ def _entry_point(loaded: Any) -> tuple[str, Any, dict, bool]:
     raise JobError(Status.LOAD_ERROR, "no signature, and no __call__ traced exactly once, to call")
 
 
-def load_scaler(path: str) -> LoadedScaler:
+def load_scaler(path: str) -> Scaler:
     import joblib
     import sklearn
     from sklearn.exceptions import InconsistentVersionWarning
@@ -369,7 +367,7 @@ def load_scaler(path: str) -> LoadedScaler:
                      if pickled else f"{kind} pickled with scikit-learn {sklearn.__version__}")
     else:
         described = f"{type(scaler).__module__}.{type(scaler).__name__} (not a scikit-learn estimator)"
-    return LoadedScaler(scaler, name, described)
+    return Scaler(Estimator(scaler), name, described)
 
 
 @contextlib.contextmanager

@@ -39,7 +39,7 @@ def run_job(job: Job) -> Result:
     return result
 
 
-def _scaler(path: str, trust: bool) -> scalers.LeanScaler | loading.LoadedScaler:
+def _scaler(path: str, trust: bool) -> scalers.Scaler:
     """The IP's scaler. joblib, which runs whatever a pickle holds, only for a trusted store and only in the
     TensorFlow pool."""
     if not trust:
@@ -47,10 +47,10 @@ def _scaler(path: str, trust: bool) -> scalers.LeanScaler | loading.LoadedScaler
     return scalers.read_scaler(path, one_column=True) if LEAN else trusted_scaler(path)
 
 
-def trusted_scaler(path: str) -> loading.LoadedScaler:
+def trusted_scaler(path: str) -> scalers.Scaler:
     """A job's scaler as joblib reads it, its statistics checked as the lean reader checks its own."""
     loaded = loading.load_scaler(path)
-    scalers.check_statistics(loaded.name, loaded.states, one_column=True)
+    scalers.check_statistics(loaded.name, loaded.model.states, one_column=True)
     return loaded
 
 
@@ -120,7 +120,7 @@ def _score(job: Job, result: Result) -> None:
 _CACHED = 16  # blocks in one call of the numpy engine
 
 
-def _predicted(model: LoadedModel, scaler: scalers.LeanScaler | loading.LoadedScaler, inputs: np.ndarray, *,
+def _predicted(model: LoadedModel, scaler: scalers.Scaler, inputs: np.ndarray, *,
                at: np.ndarray | None) -> np.ndarray:
     """The model's prediction after each window: the model, the scaler and the arithmetic are per row.
 

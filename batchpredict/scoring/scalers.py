@@ -21,7 +21,7 @@ import pickle
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -347,11 +347,23 @@ def _contents(path: str) -> bytes:
     return data
 
 
-@dataclass(frozen=True)
-class LeanScaler:
-    """loading.LoadedScaler without scikit-learn: the same calls, equal float64 results."""
+class Fitted(Protocol):
+    """What a job calls on the model in its scaler: a Pipeline or scaler read here, or scikit-learn's own in the
+    TensorFlow pool (loading.Estimator)."""
 
-    model: _Scaler | Pipeline
+    def transform(self, x: Any) -> Any: ...
+
+    def inverse_transform(self, x: Any) -> Any: ...
+
+    @property
+    def states(self) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class Scaler:
+    """A job's scaler, however it was read: the same calls, float64 results (equal ones, read here or by joblib)."""
+
+    model: Fitted
     name: str  # the file's name
     kind: str  # its class and the scikit-learn version that pickled it, for the debug log and store check
 
@@ -366,7 +378,7 @@ class LeanScaler:
         return np.asarray(self.model.inverse_transform(rows), dtype=float)
 
 
-def read_untrusted(path: str, *, one_column: bool = False) -> LeanScaler:
+def read_untrusted(path: str, *, one_column: bool = False) -> Scaler:
     """read_scaler for a store nobody vouched for (no --trust-store): what it cannot read is a load_error."""
     try:
         return read_scaler(path, one_column=one_column)
@@ -374,7 +386,7 @@ def read_untrusted(path: str, *, one_column: bool = False) -> LeanScaler:
         raise JobError(Status.LOAD_ERROR, f"{exc}; read it only with --trust-store") from None
 
 
-def read_scaler(path: str, *, one_column: bool = False) -> LeanScaler:
+def read_scaler(path: str, *, one_column: bool = False) -> Scaler:
     """The scaler in `path` (a joblib or pickle file); Unsupported, saying why, when it is not one read here.
     `one_column`: for a job, which scales one (check_statistics)."""
     name = os.path.basename(path)
@@ -387,5 +399,5 @@ def read_scaler(path: str, *, one_column: bool = False) -> LeanScaler:
     except Exception as exc:  # noqa: BLE001 - a damaged file raises anything; the full path names it properly
         raise Unsupported(f"scaler {name}: not read without scikit-learn ({first_line(exc)})") from None
     check_statistics(name, model.states, one_column=one_column)
-    return LeanScaler(model, name, f"{model.label} pickled with scikit-learn {', '.join(sorted(model.versions))}, "
+    return Scaler(model, name, f"{model.label} pickled with scikit-learn {', '.join(sorted(model.versions))}, "
                                    "read without scikit-learn")

@@ -28,9 +28,9 @@ from sklearn.preprocessing import (
 from batchpredict import RunOptions, predict_table
 from batchpredict.errors import JobError, Unsupported
 from batchpredict.result import Status
-from batchpredict.scoring.loading import LoadedScaler
+from batchpredict.scoring.loading import Estimator
 from batchpredict.scoring.prediction import trusted_scaler
-from batchpredict.scoring.scalers import read_scaler
+from batchpredict.scoring.scalers import Scaler, read_scaler
 
 REAL = SHARED / "fixtures" / "real-models" / "Abhishek-995312__stock-price-prediction-lstm__scaler.pkl"
 
@@ -113,7 +113,7 @@ def test_equal_to_scikit_learn(kind: str, writer: str, tmp_path: Path) -> None:
     for features in (1, 3):
         scaler = fitted(SCALERS[kind], features)
         lean = read_scaler(str(written(scaler, writer, tmp_path / f"{features}.save")))
-        full = LoadedScaler(scaler, "", "")
+        full = Scaler(Estimator(scaler), "", "")
         rows = RNG.normal(0.5, 2, (4, features))
         same(lean.inverse_transform(rows), full.inverse_transform(rows))
         if features == 1:
@@ -130,7 +130,7 @@ def test_fitted_on_a_dataframe(make: Callable[[], Any], writer: str, tmp_path: P
     """feature_names_in_ is an object array: joblib writes it as a nested pickle, read under the same rules."""
     scaler = make().fit(pd.DataFrame({"Close": RNG.normal(100, 20, 50)}))
     lean = read_scaler(str(written(scaler, writer, tmp_path / "10.0.0.1.save")))
-    full = LoadedScaler(scaler, "", "")
+    full = Scaler(Estimator(scaler), "", "")
     same(lean.transform(COLUMN), full.transform(COLUMN))
     same(lean.inverse_transform(COLUMN.reshape(-1, 1)), full.inverse_transform(COLUMN.reshape(-1, 1)))
     label = "MinMaxScaler" if make is MinMaxScaler else "Pipeline(StandardScaler, MinMaxScaler)"
@@ -146,7 +146,7 @@ def test_array_layouts_joblib_writes(writer: str, tmp_path: Path) -> None:
     scaler.min_ = np.stack([scaler.min_, -scaler.min_]).astype(">f8")
     lean = read_scaler(str(written(scaler, writer, tmp_path / "s.save")))
     rows = RNG.normal(0.5, 2, (2, 3))
-    same(lean.inverse_transform(rows), LoadedScaler(scaler, "", "").inverse_transform(rows))
+    same(lean.inverse_transform(rows), Scaler(Estimator(scaler), "", "").inverse_transform(rows))
 
 
 def test_real_scaler_pickled_by_scikit_learn_1_6_1() -> None:
@@ -155,7 +155,7 @@ def test_real_scaler_pickled_by_scikit_learn_1_6_1() -> None:
                     "repository, or set BATCHPREDICT_SHARED)")
     lean = read_scaler(str(REAL))
     with pytest.warns(UserWarning, match="from version 1.6.1"):  # scikit-learn's InconsistentVersionWarning
-        full = LoadedScaler(joblib.load(REAL), "", "")
+        full = Scaler(Estimator(joblib.load(REAL)), "", "")
     column = np.linspace(0, 400, 41)
     same(lean.transform(column), full.transform(column))
     same(lean.inverse_transform(column.reshape(-1, 1)), full.inverse_transform(column.reshape(-1, 1)))
@@ -169,12 +169,12 @@ def test_old_module_paths(tmp_path: Path) -> None:
     old = path.read_bytes().replace(b"sklearn.preprocessing._data\n", b"sklearn.preprocessing.data\n")
     path.write_bytes(old.replace(b"cjoblib.numpy_pickle\n", b"csklearn.externals.joblib.numpy_pickle\n"))
     assert b"sklearn.externals.joblib" in path.read_bytes()
-    same(read_scaler(str(path)).transform(COLUMN), LoadedScaler(scaler, "", "").transform(COLUMN))
+    same(read_scaler(str(path)).transform(COLUMN), Scaler(Estimator(scaler), "", "").transform(COLUMN))
 
 
 def test_feature_count_mismatch_is_scikit_learns_error(tmp_path: Path) -> None:
     scaler = MinMaxScaler().fit(np.zeros((3, 2)))
-    lean, full = read_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), LoadedScaler(scaler, "", "")
+    lean, full = read_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), Scaler(Estimator(scaler), "", "")
     message = same_error(lambda: lean.transform(COLUMN), lambda: full.transform(COLUMN))
     assert message == "X has 1 features, but MinMaxScaler is expecting 2 features as input."
 
@@ -184,7 +184,7 @@ def test_feature_count_mismatch_is_scikit_learns_error(tmp_path: Path) -> None:
                                           ("inverse_transform", np.zeros((2, 0)))])
 def test_invalid_input_is_scikit_learns_error(call: str, values: Any, tmp_path: Path) -> None:
     scaler = fitted(lambda: make_pipeline(RobustScaler(), StandardScaler()), 1)
-    lean, full = read_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), LoadedScaler(scaler, "", "")
+    lean, full = read_scaler(str(written(scaler, "joblib", tmp_path / "s.save"))), Scaler(Estimator(scaler), "", "")
     values = np.asarray(values, dtype=float)
     same_error(lambda: getattr(lean, call)(values), lambda: getattr(full, call)(values))
 
