@@ -10,11 +10,23 @@ import joblib
 import pandas as pd
 import psutil
 import pytest
-from conftest import BASE_IPS, POISONS, Poison, read_out, run_cli
+from conftest import (
+    BASE_IPS,
+    POISONS,
+    Poison,
+    build_models,
+    fitted_scaler,
+    read_out,
+    run_cli,
+    series_for,
+    wide_table,
+    write_scaler,
+    write_stds,
+)
 from leanprobe import Task, handler
 
-from batchpredict.result import Status
 from batchpredict.errors import UsageError
+from batchpredict.result import Status
 from batchpredict.runtime.executor import MIN_DEFAULT_MEMORY_MIB, LocalExecutor, exit_reason
 
 VICTIM = BASE_IPS[3]
@@ -74,15 +86,6 @@ def test_fault_table(store, table, tmp_path, clean_run, poison, args, status, fr
 
 @pytest.mark.slow
 def test_model_returning_nan_is_error(tmp_path):
-    from conftest import (
-        build_models,
-        fitted_scaler,
-        series_for,
-        wide_table,
-        write_scaler,
-        write_stds,
-    )
-
     store = tmp_path / "store"
     build_models(store, [{"ip": "n1", "kind": "nan"}])
     write_scaler(store, "n1", fitted_scaler(series_for("n1")))
