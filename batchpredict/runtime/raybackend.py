@@ -57,7 +57,11 @@ def run_shard(handler: Callable[[Any], Outcome], tasks: list, settings: dict) ->
         error = (f"store {missing[0]} not visible on node {socket.gethostname()}: every Ray node needs the "
                  "store at the same path (shared storage or a synced copy)")
         return [task.failed(Status.LOAD_ERROR, error) for task in tasks]
-    return list(LocalExecutor(**settings).run(handler, tasks))
+    try:
+        executor = LocalExecutor(**settings)
+    except UsageError as exc:  # settings this node cannot run (--workers over its memory): the run's exit 2
+        raise UsageError(f"on Ray node {socket.gethostname()}: {exc}") from None
+    return list(executor.run(handler, tasks))
 
 
 def _check_reachable(address: str) -> None:
@@ -171,15 +175,10 @@ class RayExecutor:
                 shard, attempt = running.pop(ref)
                 for more in itertools.islice(shards, 1):
                     submit(more, 1)
-                try:
-                    outcomes = _interruptible(ray.get, ref)
-                except ray.exceptions.RayError as exc:
-                    error = f"Ray shard failed: {first_line(exc)}"
-                    if attempt <= self.retries:
-                        log.warning("ray: shard of %d IPs from %s lost, retrying: %s", len(shard), shard[0].ip, error)
-                        submit(shard, attempt + 1)
-                        continue
-                    outcomes = [task.failed(Status.CRASHED, error) for task in shard]
+                outcomes = self._outcomes(ref, shard, attempt)
+                if outcomes is None:
+                    submit(shard, attempt + 1)
+                    continue
                 for outcome in outcomes:
                     outcome.attempts = max(outcome.attempts, 1) + attempt - 1  # earlier shard tries count
                     yield outcome
@@ -193,6 +192,20 @@ class RayExecutor:
                 for ref in running:
                     with contextlib.suppress(Exception):  # best effort: the cluster may be gone already
                         ray.cancel(ref, force=True)
+
+    def _outcomes(self, ref: Any, shard: list, attempt: int) -> list | None:
+        """A finished shard's outcomes; None where it is to be tried again."""
+        ray = self.ray
+        try:
+            return _interruptible(ray.get, ref)
+        except ray.exceptions.RayError as exc:
+            if isinstance(cause := getattr(exc, "cause", None), UsageError):
+                raise cause from None  # run_shard's own (--workers over a node's memory): every try meets it
+            error = f"Ray shard failed: {first_line(exc)}"
+            if attempt <= self.retries:
+                log.warning("ray: shard of %d IPs from %s lost, retrying: %s", len(shard), shard[0].ip, error)
+                return None
+            return [task.failed(Status.CRASHED, error) for task in shard]
 
     def _connect(self) -> bool:
         """Join the cluster at `address`, or start a local Ray; True when this call connected."""

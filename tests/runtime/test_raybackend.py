@@ -142,13 +142,14 @@ def test_shard_whose_ray_worker_dies_is_retried_once_then_crashed(store, table, 
 
 
 @pytest.fixture
-def ray_head(tmp_path):
-    """An existing one-node cluster, as `ray start --head` makes it; its address."""
+def ray_head(request, tmp_path):
+    """An existing one-node cluster, as `ray start --head` makes it, of 2 CPUs unless parametrized; its address."""
+    cpus = getattr(request, "param", 2)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--port",
-                             str(port), "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats"],
+                             str(port), "--num-cpus", str(cpus), "--include-dashboard=false", "--disable-usage-stats"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **NO_TOKEN})
     try:
         deadline = time.monotonic() + 90
@@ -179,6 +180,24 @@ def test_joins_an_existing_cluster_and_leaves_it_running(ray_head, store, table,
     assert "ray: 12 jobs in 4 shards of up to 3, 1 at once" in done.stderr  # sized from the cluster's 2 CPUs
     assert (read_out(tmp_path / "a.csv")["status"] == "ok").all()
     assert head.poll() is None  # joined, so not shut down
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("ray_head", [100_000], indirect=True)
+def test_workers_over_a_nodes_memory_exit_2_naming_the_node(ray_head, store, table, tmp_path):
+    """A node of many CPUs lets a shard reserve --workers of them, but its memory leaves each worker too little:
+    the run's usage error (as on one machine), not every IP crashed after a pointless retry."""
+    _, address = ray_head
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--backend", "ray",
+                   "--ray-address", address, "--workers", "100000", env=NO_TOKEN, timeout=120)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"batchpredict: on Ray node {re.escape(socket.gethostname())}: --workers 100,000 leaves "
+                        r"each worker .* MiB .*, or give --max-worker-memory", last), done.stderr
+    assert "retrying" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "a.csv").exists() and not (tmp_path / "a.csv.journal").exists()
 
 
 @needs_ray
