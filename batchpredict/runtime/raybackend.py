@@ -34,6 +34,7 @@ log = logging.getLogger("batchpredict")
 INSTALL_HINT = "--backend ray needs the ray package: pip install 'batchpredict[ray]'"
 SHARDS_PER_SLOT = 4  # shards submitted at once per slot; as many more as finish
 LOOKAHEAD = 10_000   # tasks read before the first shard
+NODE_CHECK_S = 5.0   # a wait this long with no shard back looks whether a node can still run one
 
 
 def import_ray() -> Any:
@@ -171,7 +172,10 @@ class RayExecutor:
                 log.info("ray: %d jobs in %d shards of up to %d, %d at once", len(ahead), -(-len(ahead) // size),
                          size, slots)
             while running:
-                [ref], _ = _interruptible(ray.wait, list(running), num_returns=1)
+                ref = self._wait(running)
+                if ref is None:
+                    yield from self._stranded([*running.values(), *((shard, 0) for shard in shards)])
+                    return
                 shard, attempt = running.pop(ref)
                 for more in itertools.islice(shards, 1):
                     submit(more, 1)
@@ -234,9 +238,37 @@ class RayExecutor:
                 signal.signal(signal.SIGTERM, previous)
         return True
 
+    def _wait(self, running: dict) -> Any:
+        """The next shard back; None once no node alive could run one, as the nodes that could are lost: Ray
+        would hold the shards pending for ever."""
+        while True:
+            done, _ = _interruptible(self.ray.wait, list(running), num_returns=1, timeout=NODE_CHECK_S)
+            if done:
+                return done[0]
+            if self._largest_node() < self.workers:
+                return None
+
+    def _stranded(self, shards: list[tuple[list, int]]) -> Iterator[Any]:
+        """Every IP of shards no node left can run (those lost with the nodes, and those not yet sent) `crashed`."""
+        error = (f"Ray shard failed: no Ray node left with the {self.workers} CPUs a shard reserves "
+                 f"(--workers {self.workers}); the largest alive has {self._largest_node():g}")
+        log.error("ray: %s", error)
+        for shard, attempt in shards:
+            for task in shard:
+                outcome = task.failed(Status.CRASHED, error)
+                outcome.attempts = attempt
+                yield outcome
+
+    def _cpus(self) -> list[float]:
+        """The CPUs of each node alive."""
+        return [node["Resources"].get("CPU", 0) for node in self.ray.nodes() if node["Alive"]]
+
+    def _largest_node(self) -> float:
+        return max(self._cpus(), default=0)
+
     def _slots(self) -> int:
         """Shards that can run at once; a node smaller than one shard could never run any."""
-        cpus = [node["Resources"].get("CPU", 0) for node in self.ray.nodes() if node["Alive"]]
+        cpus = self._cpus()
         if not cpus or max(cpus) < self.workers:
             raise UsageError(f"--workers {self.workers} needs {self.workers} CPUs on one Ray node per shard, "
                              f"but the largest node has {max(cpus, default=0):g}; lower --workers")

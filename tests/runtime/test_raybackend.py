@@ -184,6 +184,56 @@ def test_joins_an_existing_cluster_and_leaves_it_running(ray_head, store, table,
 
 @needs_ray
 @pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("ray_head", [1], indirect=True)
+def test_shards_no_node_left_can_run_are_crashed_not_waited_for(ray_head, store, table, tmp_path):
+    """The only node with the CPUs a shard reserves is lost: Ray would hold its shard and the rest pending for
+    ever; they end `crashed`, naming why, and the run exits 1 with every row."""
+    _, address = ray_head
+    env = {**os.environ, **NO_TOKEN}
+    for ip in BASE_IPS:  # every job takes a while, so that the node is lost while its first shard runs
+        real = str(shutil.copy(store / "sc" / f"{ip}.save", tmp_path / f"{ip}.real"))
+        joblib.dump(Poison(f"__import__('time').sleep(3) or __import__('joblib').load({real!r})"),
+                    store / "sc" / f"{ip}.save")
+    node = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--address", address, "--block",
+                             "--num-cpus", "2", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = None
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (raylet := _named(node.pid, "raylet")):
+            time.sleep(0.5)
+        time.sleep(5)  # registered with the head
+        proc = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--data", str(table),
+                                 "--models", str(store), "--out", str(tmp_path / "a.csv"), "--backend", "ray",
+                                 "--ray-address", address, "--workers", "2", "--shard-size", "4", "--trust-store"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        while time.monotonic() < deadline + 60 and not any(_cmdline(p).startswith("ray::run_shard")
+                                                            for p in _descendants(raylet[0].pid)):
+            time.sleep(0.5)
+        raylet[0].kill()  # the node is lost with its shard
+        said, _ = proc.communicate(timeout=240)
+    finally:
+        for process in (node, proc):
+            if process is not None and process.poll() is None:
+                process.kill()
+        node.wait(60)
+    assert proc.returncode == 1, said
+    frame = read_out(tmp_path / "a.csv")
+    assert list(frame["ip"]) == BASE_IPS, said
+    lost = frame[frame["status"] != "ok"]
+    assert len(lost) >= 4 and (lost["status"] == "crashed").all(), said
+    assert (lost["error"] == "Ray shard failed: no Ray node left with the 2 CPUs a shard reserves (--workers 2); "
+                             "the largest alive has 1").all(), said
+    assert "Traceback" not in said
+
+
+def _named(pid: int, name: str) -> list[psutil.Process]:
+    return [p for p in _descendants(pid) if p.name() == name]
+
+
+@needs_ray
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("ray_head", [100_000], indirect=True)
 def test_workers_over_a_nodes_memory_exit_2_naming_the_node(ray_head, store, table, tmp_path):
