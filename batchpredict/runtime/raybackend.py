@@ -66,7 +66,8 @@ def run_shard(handler: Callable[[Any], Outcome], tasks: list, settings: dict) ->
 
 
 def _check_reachable(address: str) -> None:
-    """A GCS `host:port` must answer first: ray.init retries a dead one for many minutes."""
+    """A GCS `host:port` must answer first, and speak gRPC: ray.init retries a dead one, or a port of something
+    else (a web server, a silent listener), for many minutes."""
     host, colon, port = address.rpartition(":")
     if "://" in address or not colon or not port.isdigit():
         return  # auto, or ray://, whose client times out by itself
@@ -74,6 +75,16 @@ def _check_reachable(address: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
     except OSError as exc:
         raise UsageError(f"cannot connect to Ray at {address}: {exc}") from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return  # the handshake below is plain gRPC; a TLS cluster's GCS would never take it
+    import grpc  # a dependency of ray's
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=10)
+        except grpc.FutureTimeoutError:
+            raise UsageError(f"cannot connect to Ray at {address}: it takes connections but no gRPC handshake, so it "
+                             "is no Ray GCS (the port of another service?)") from None
 
 
 def _signals_surface(call: Callable, *args: Any, **kwargs: Any) -> Any:

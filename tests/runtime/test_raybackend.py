@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,6 +82,38 @@ def test_without_ray_the_backend_exits_2_with_the_install_hint(store, table, tmp
     assert done.returncode == 2, done.stderr
     assert INSTALL_HINT in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("reply", [b"", b"HTTP/1.0 400 Bad Request\r\n\r\n"], ids=["silent", "http"])
+def test_an_address_that_is_no_ray_gcs_exits_2_at_once(store, table, tmp_path, reply):
+    """A port that takes connections but is another service's: ray.init would retry it for many minutes."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        answering = threading.Thread(target=_answer, args=(listener, reply), daemon=True)
+        answering.start()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--backend", "ray",
+                       "--ray-address", address, timeout=90)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (f"batchpredict: cannot connect to Ray at {address}: it takes "
+                                                    "connections but no gRPC handshake, so it is no Ray GCS (the port "
+                                                    "of another service?)"), done.stderr
+    assert time.monotonic() - started < 60 and not (tmp_path / "a.csv").exists()
+
+
+def _answer(listener: socket.socket, reply: bytes) -> None:
+    """Take each connection, send `reply`, and keep it open without a word more."""
+    kept = []
+    with contextlib.suppress(OSError):  # the listener closed
+        while True:
+            conn, _ = listener.accept()
+            conn.sendall(reply)
+            kept.append(conn)
 
 
 def mixed_store(store, tmp_path):
