@@ -34,6 +34,7 @@ log = logging.getLogger("batchpredict")
 INSTALL_HINT = "--backend ray needs the ray package: pip install 'batchpredict[ray]'"
 SHARDS_PER_SLOT = 4  # shards submitted at once per slot; as many more as finish
 LOOKAHEAD = 10_000   # tasks read before the first shard
+NODE_CHECK_S = 5.0   # a wait this long with no shard back looks whether a node can still run one
 
 
 def import_ray() -> Any:
@@ -57,11 +58,16 @@ def run_shard(handler: Callable[[Any], Outcome], tasks: list, settings: dict) ->
         error = (f"store {missing[0]} not visible on node {socket.gethostname()}: every Ray node needs the "
                  "store at the same path (shared storage or a synced copy)")
         return [task.failed(Status.LOAD_ERROR, error) for task in tasks]
-    return list(LocalExecutor(**settings).run(handler, tasks))
+    try:
+        executor = LocalExecutor(**settings)
+    except UsageError as exc:  # settings this node cannot run (--workers over its memory): the run's exit 2
+        raise UsageError(f"on Ray node {socket.gethostname()}: {exc}") from None
+    return list(executor.run(handler, tasks))
 
 
 def _check_reachable(address: str) -> None:
-    """A GCS `host:port` must answer first: ray.init retries a dead one for many minutes."""
+    """A GCS `host:port` must answer first, and speak gRPC: ray.init retries a dead one, or a port of something
+    else (a web server, a silent listener), for many minutes."""
     host, colon, port = address.rpartition(":")
     if "://" in address or not colon or not port.isdigit():
         return  # auto, or ray://, whose client times out by itself
@@ -69,6 +75,16 @@ def _check_reachable(address: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
     except OSError as exc:
         raise UsageError(f"cannot connect to Ray at {address}: {exc}") from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return  # the handshake below is plain gRPC; a TLS cluster's GCS would never take it
+    import grpc  # a dependency of ray's
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=10)
+        except grpc.FutureTimeoutError:
+            raise UsageError(f"cannot connect to Ray at {address}: it takes connections but no gRPC handshake, so it "
+                             "is no Ray GCS (the port of another service?)") from None
 
 
 def _signals_surface(call: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -167,19 +183,17 @@ class RayExecutor:
                 log.info("ray: %d jobs in %d shards of up to %d, %d at once", len(ahead), -(-len(ahead) // size),
                          size, slots)
             while running:
-                [ref], _ = _interruptible(ray.wait, list(running), num_returns=1)
+                ref = self._wait(running)
+                if ref is None:
+                    yield from self._stranded([*running.values(), *((shard, 0) for shard in shards)])
+                    return
                 shard, attempt = running.pop(ref)
                 for more in itertools.islice(shards, 1):
                     submit(more, 1)
-                try:
-                    outcomes = _interruptible(ray.get, ref)
-                except ray.exceptions.RayError as exc:
-                    error = f"Ray shard failed: {first_line(exc)}"
-                    if attempt <= self.retries:
-                        log.warning("ray: shard of %d IPs from %s lost, retrying: %s", len(shard), shard[0].ip, error)
-                        submit(shard, attempt + 1)
-                        continue
-                    outcomes = [task.failed(Status.CRASHED, error) for task in shard]
+                outcomes = self._outcomes(ref, shard, attempt)
+                if outcomes is None:
+                    submit(shard, attempt + 1)
+                    continue
                 for outcome in outcomes:
                     outcome.attempts = max(outcome.attempts, 1) + attempt - 1  # earlier shard tries count
                     yield outcome
@@ -193,6 +207,20 @@ class RayExecutor:
                 for ref in running:
                     with contextlib.suppress(Exception):  # best effort: the cluster may be gone already
                         ray.cancel(ref, force=True)
+
+    def _outcomes(self, ref: Any, shard: list, attempt: int) -> list | None:
+        """A finished shard's outcomes; None where it is to be tried again."""
+        ray = self.ray
+        try:
+            return _interruptible(ray.get, ref)
+        except ray.exceptions.RayError as exc:
+            if isinstance(cause := getattr(exc, "cause", None), UsageError):
+                raise cause from None  # run_shard's own (--workers over a node's memory): every try meets it
+            error = f"Ray shard failed: {first_line(exc)}"
+            if attempt <= self.retries:
+                log.warning("ray: shard of %d IPs from %s lost, retrying: %s", len(shard), shard[0].ip, error)
+                return None
+            return [task.failed(Status.CRASHED, error) for task in shard]
 
     def _connect(self) -> bool:
         """Join the cluster at `address`, or start a local Ray; True when this call connected."""
@@ -221,9 +249,37 @@ class RayExecutor:
                 signal.signal(signal.SIGTERM, previous)
         return True
 
+    def _wait(self, running: dict) -> Any:
+        """The next shard back; None once no node alive could run one, as the nodes that could are lost: Ray
+        would hold the shards pending for ever."""
+        while True:
+            done, _ = _interruptible(self.ray.wait, list(running), num_returns=1, timeout=NODE_CHECK_S)
+            if done:
+                return done[0]
+            if self._largest_node() < self.workers:
+                return None
+
+    def _stranded(self, shards: list[tuple[list, int]]) -> Iterator[Any]:
+        """Every IP of shards no node left can run (those lost with the nodes, and those not yet sent) `crashed`."""
+        error = (f"Ray shard failed: no Ray node left with the {self.workers} CPUs a shard reserves "
+                 f"(--workers {self.workers}); the largest alive has {self._largest_node():g}")
+        log.error("ray: %s", error)
+        for shard, attempt in shards:
+            for task in shard:
+                outcome = task.failed(Status.CRASHED, error)
+                outcome.attempts = attempt
+                yield outcome
+
+    def _cpus(self) -> list[float]:
+        """The CPUs of each node alive."""
+        return [node["Resources"].get("CPU", 0) for node in self.ray.nodes() if node["Alive"]]
+
+    def _largest_node(self) -> float:
+        return max(self._cpus(), default=0)
+
     def _slots(self) -> int:
         """Shards that can run at once; a node smaller than one shard could never run any."""
-        cpus = [node["Resources"].get("CPU", 0) for node in self.ray.nodes() if node["Alive"]]
+        cpus = self._cpus()
         if not cpus or max(cpus) < self.workers:
             raise UsageError(f"--workers {self.workers} needs {self.workers} CPUs on one Ray node per shard, "
                              f"but the largest node has {max(cpus, default=0):g}; lower --workers")

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,6 +84,38 @@ def test_without_ray_the_backend_exits_2_with_the_install_hint(store, table, tmp
     assert not out.exists()
 
 
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("reply", [b"", b"HTTP/1.0 400 Bad Request\r\n\r\n"], ids=["silent", "http"])
+def test_an_address_that_is_no_ray_gcs_exits_2_at_once(store, table, tmp_path, reply):
+    """A port that takes connections but is another service's: ray.init would retry it for many minutes."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        answering = threading.Thread(target=_answer, args=(listener, reply), daemon=True)
+        answering.start()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--backend", "ray",
+                       "--ray-address", address, timeout=90)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (f"batchpredict: cannot connect to Ray at {address}: it takes "
+                                                    "connections but no gRPC handshake, so it is no Ray GCS (the port "
+                                                    "of another service?)"), done.stderr
+    assert time.monotonic() - started < 60 and not (tmp_path / "a.csv").exists()
+
+
+def _answer(listener: socket.socket, reply: bytes) -> None:
+    """Take each connection, send `reply`, and keep it open without a word more."""
+    kept = []
+    with contextlib.suppress(OSError):  # the listener closed
+        while True:
+            conn, _ = listener.accept()
+            conn.sendall(reply)
+            kept.append(conn)
+
+
 def mixed_store(store, tmp_path):
     """The store poisoned so that every status occurs, and a table with the IPs no worker sees."""
     model = next((store / "model").glob(f"{BASE_IPS[0]}.*"))
@@ -142,13 +175,14 @@ def test_shard_whose_ray_worker_dies_is_retried_once_then_crashed(store, table, 
 
 
 @pytest.fixture
-def ray_head(tmp_path):
-    """An existing one-node cluster, as `ray start --head` makes it; its address."""
+def ray_head(request, tmp_path):
+    """An existing one-node cluster, as `ray start --head` makes it, of 2 CPUs unless parametrized; its address."""
+    cpus = getattr(request, "param", 2)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--port",
-                             str(port), "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats"],
+                             str(port), "--num-cpus", str(cpus), "--include-dashboard=false", "--disable-usage-stats"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **NO_TOKEN})
     try:
         deadline = time.monotonic() + 90
@@ -179,6 +213,74 @@ def test_joins_an_existing_cluster_and_leaves_it_running(ray_head, store, table,
     assert "ray: 12 jobs in 4 shards of up to 3, 1 at once" in done.stderr  # sized from the cluster's 2 CPUs
     assert (read_out(tmp_path / "a.csv")["status"] == "ok").all()
     assert head.poll() is None  # joined, so not shut down
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("ray_head", [1], indirect=True)
+def test_shards_no_node_left_can_run_are_crashed_not_waited_for(ray_head, store, table, tmp_path):
+    """The only node with the CPUs a shard reserves is lost: Ray would hold its shard and the rest pending for
+    ever; they end `crashed`, naming why, and the run exits 1 with every row."""
+    _, address = ray_head
+    env = {**os.environ, **NO_TOKEN}
+    for ip in BASE_IPS:  # every job takes a while, so that the node is lost while its first shard runs
+        real = str(shutil.copy(store / "sc" / f"{ip}.save", tmp_path / f"{ip}.real"))
+        joblib.dump(Poison(f"__import__('time').sleep(3) or __import__('joblib').load({real!r})"),
+                    store / "sc" / f"{ip}.save")
+    node = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--address", address, "--block",
+                             "--num-cpus", "2", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = None
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (raylet := _named(node.pid, "raylet")):
+            time.sleep(0.5)
+        time.sleep(5)  # registered with the head
+        proc = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "predict", "--data", str(table),
+                                 "--models", str(store), "--out", str(tmp_path / "a.csv"), "--backend", "ray",
+                                 "--ray-address", address, "--workers", "2", "--shard-size", "4", "--trust-store"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        while time.monotonic() < deadline + 60 and not any(_cmdline(p).startswith("ray::run_shard")
+                                                            for p in _descendants(raylet[0].pid)):
+            time.sleep(0.5)
+        raylet[0].kill()  # the node is lost with its shard
+        said, _ = proc.communicate(timeout=240)
+    finally:
+        for process in (node, proc):
+            if process is not None and process.poll() is None:
+                process.kill()
+        node.wait(60)
+    assert proc.returncode == 1, said
+    frame = read_out(tmp_path / "a.csv")
+    assert list(frame["ip"]) == BASE_IPS, said
+    lost = frame[frame["status"] != "ok"]
+    assert len(lost) >= 4 and (lost["status"] == "crashed").all(), said
+    assert (lost["error"] == "Ray shard failed: no Ray node left with the 2 CPUs a shard reserves (--workers 2); "
+                             "the largest alive has 1").all(), said
+    assert "Traceback" not in said
+
+
+def _named(pid: int, name: str) -> list[psutil.Process]:
+    return [p for p in _descendants(pid) if p.name() == name]
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("ray_head", [100_000], indirect=True)
+def test_workers_over_a_nodes_memory_exit_2_naming_the_node(ray_head, store, table, tmp_path):
+    """A node of many CPUs lets a shard reserve --workers of them, but its memory leaves each worker too little:
+    the run's usage error (as on one machine), not every IP crashed after a pointless retry."""
+    _, address = ray_head
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--backend", "ray",
+                   "--ray-address", address, "--workers", "100000", env=NO_TOKEN, timeout=120)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"batchpredict: on Ray node {re.escape(socket.gethostname())}: --workers 100,000 leaves "
+                        r"each worker .* MiB .*, or give --max-worker-memory", last), done.stderr
+    assert "retrying" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "a.csv").exists() and not (tmp_path / "a.csv.journal").exists()
 
 
 @needs_ray
