@@ -13,6 +13,8 @@ import contextlib
 import itertools
 import lzma
 import math
+import os
+import stat
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
@@ -134,7 +136,18 @@ def row_numbers(cells: np.ndarray) -> np.ndarray:
 
 def open_table_file(path: str) -> TableFile:
     """Parquet by its name (.parquet, .pq) or its magic bytes at both ends, else CSV."""
+    regular_file(path, "table")
     return ParquetFile(path) if _is_parquet(path) else CsvFile(path)
+
+
+def regular_file(path: str, what: str) -> None:
+    """UsageError where `path` is there but no regular file: a file is read more than once (its first line, then
+    its chunks, its lines beside them), which a FIFO or a device cannot give, and a FIFO nobody writes to would
+    block the run for good."""
+    with contextlib.suppress(OSError):  # a missing or unreadable path, or a folder: the reader names it
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise UsageError(f"cannot read {what} {path}: not a regular file (a FIFO or a device?)")
 
 
 def _is_parquet(path: str) -> bool:
@@ -178,6 +191,7 @@ def read_text_records(path: str, what: str) -> tuple[pd.DataFrame, list[BadLine]
     """read_text_csv with each line read against the header, as the stats table's are (docs/design.md §2): the
     rows of lines of other fields than the header's left out, and those lines, in file order. UsageError when
     no line has the header's fields: the file is read wrong as a whole."""
+    regular_file(path, what)
     with _readable(path, what, _CSV_ERRORS):
         lines = Lines(path)
         try:

@@ -6,12 +6,14 @@ that is not a number NaN. test_table.py checks the tables read_table builds from
 from __future__ import annotations
 
 import decimal
+import os
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import without_blocking
 
 from batchpredict.errors import UsageError
 from batchpredict.io import readers
@@ -123,6 +125,17 @@ def test_a_file_that_cannot_be_opened_is_a_usage_error_naming_it(tmp_path, name,
         (tmp_path / name).write_bytes(content)
     with pytest.raises(UsageError, match=message):
         open_table_file(str(tmp_path / name))
+
+
+def test_a_fifo_or_a_device_is_a_usage_error_at_once_not_a_run_blocked_for_good(tmp_path):
+    fifo = tmp_path / "t.csv"
+    os.mkfifo(fifo)
+    for read, what in ((lambda path: open_table_file(path), "table"),
+                       (lambda path: read_text_records(path, "results"), "results")):
+        for path in (str(fifo), os.devnull):
+            raised = without_blocking(lambda: read(path), fifo)  # noqa: B023 - called before the loop goes on
+            assert isinstance(raised, UsageError), (what, path, raised)
+            assert str(raised) == f"cannot read {what} {path}: not a regular file (a FIFO or a device?)"
 
 
 def test_bytes_that_are_not_utf8_cost_their_cell_or_id_in_a_data_line_and_the_file_in_the_header(tmp_path):
