@@ -15,7 +15,9 @@ import lzma
 import math
 import os
 import stat
+import tarfile
 import warnings
+import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -174,16 +176,21 @@ def _readable(path: str, what: str, errors: tuple[type[BaseException], ...]) -> 
         raise UsageError(f"cannot read {what} {path}: {detail}") from None
 
 
-# A compressed file cut short or not what its name says (gzip.BadGzipFile is an OSError) is unreadable too.
+# A compressed file cut short or not what its name says (gzip.BadGzipFile is an OSError) is unreadable too, as is
+# an archive that is none (a .zip or .tar of other bytes) or whose module is not installed (.zst: zstandard).
 _CSV_ERRORS = (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
-               PermissionError, EOFError, OSError, zlib.error, lzma.LZMAError)
+               PermissionError, EOFError, OSError, zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError,
+               ImportError)
+# Where a file is opened and no cell is read as a number, a ValueError is the file's too: pandas' for a zip of
+# several files or none. (Elsewhere a ValueError is the C parser's, meeting a cell that is no number.)
+_OPEN_ERRORS = (*_CSV_ERRORS, ValueError)
 _TEXT = dict(keep_default_na=False, skipinitialspace=True)  # every cell as written, leading spaces skipped
 
 
 def read_text_csv(path: str, what: str, **options: Any) -> pd.DataFrame:
     """A whole CSV with every cell as written; UsageError naming `what` when it cannot be read at all."""
     # index_col=False: a first line longer than the header would make the first column the index, shifting all.
-    with _readable(path, what, _CSV_ERRORS):
+    with _readable(path, what, _OPEN_ERRORS):
         return pd.read_csv(path, dtype=str, index_col=False, **{**_TEXT, **options})
 
 
@@ -192,7 +199,7 @@ def read_text_records(path: str, what: str) -> tuple[pd.DataFrame, list[BadLine]
     rows of lines of other fields than the header's left out, and those lines, in file order. UsageError when
     no line has the header's fields: the file is read wrong as a whole."""
     regular_file(path, what)
-    with _readable(path, what, _CSV_ERRORS):
+    with _readable(path, what, _OPEN_ERRORS):
         lines = Lines(path)
         try:
             limit = max(lines.width or 0, lines.first_fields() or 0)  # the parser's width (CsvFile.limit)

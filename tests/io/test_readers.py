@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import decimal
 import os
+import zipfile
 
 import numpy as np
 import pandas as pd
@@ -136,6 +137,25 @@ def test_a_fifo_or_a_device_is_a_usage_error_at_once_not_a_run_blocked_for_good(
             raised = without_blocking(lambda: read(path), fifo)  # noqa: B023 - called before the loop goes on
             assert isinstance(raised, UsageError), (what, path, raised)
             assert str(raised) == f"cannot read {what} {path}: not a regular file (a FIFO or a device?)"
+
+
+def test_an_archive_pandas_cannot_take_is_a_usage_error_naming_it(tmp_path):
+    with zipfile.ZipFile(tmp_path / "two.csv.zip", "w") as archive:
+        archive.writestr("a.csv", "ip,a\nx,1\n")
+        archive.writestr("b.csv", "ip,a\ny,2\n")
+    zipfile.ZipFile(tmp_path / "none.csv.zip", "w").close()
+    (tmp_path / "other.csv.zip").write_bytes(b"PK\x03\x04" + b"\0" * 64)
+    (tmp_path / "other.csv.tar").write_bytes(b"x" * 1024)
+    names = ["two.csv.zip", "none.csv.zip", "other.csv.zip", "other.csv.tar"]
+    try:
+        import zstandard  # noqa: F401 - installed: a .zst of other bytes is the codec's error, an OSError
+    except ImportError:
+        (tmp_path / "t.csv.zst").write_bytes(b"(\xb5/\xfd" + b"\0" * 16)
+        names.append("t.csv.zst")
+    for name in names:
+        for read in (open_table_file, lambda path: read_text_records(path, "table")):
+            with pytest.raises(UsageError, match=rf"^cannot read table .*{name}: "):
+                read(str(tmp_path / name))
 
 
 def test_bytes_that_are_not_utf8_cost_their_cell_or_id_in_a_data_line_and_the_file_in_the_header(tmp_path):
