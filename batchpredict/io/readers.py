@@ -390,9 +390,11 @@ class ParquetFile:
         self.path = path
         self._errors = (pa.ArrowException, OSError, ValueError)
         with _readable(path, "table", self._errors):
-            self.header = list(pq.read_schema(path).names)
+            self.schema = pq.read_schema(path)
+        self.header = list(self.schema.names)
 
     def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray, Notes]]:
+        self._check_texts(1)
         start = 0
         for batch in self._batches():
             read = [_parquet_numbers(column) for column in batch.columns[1:]]
@@ -402,6 +404,7 @@ class ParquetFile:
             start += len(values)
 
     def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray, Notes]]:
+        self._check_texts(2)
         start = 0
         for batch in self._batches():
             values, cells = _parquet_numbers(batch.column(2))
@@ -409,6 +412,20 @@ class ParquetFile:
                           unreadable=unreadable_cells(cells, values) if cells is not None else {})
             yield _dictionary(batch.column(0)), _dictionary(batch.column(1)), values, notes
             start += len(values)
+
+    def _check_texts(self, columns: int) -> None:
+        """UsageError where one of the first `columns` (the IP's, a long table's timestamps) is of a type that has
+        no text (lists, structs, maps): they are read as text, and the cast would fail on the first batch."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for column in list(self.schema)[:columns]:
+            kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+            try:
+                pc.cast(pa.array([], kind), pa.string())
+            except pa.ArrowNotImplementedError:
+                raise UsageError(f"cannot read table {self.path}: its column {column.name!r} is {kind}, "
+                                 f"not text") from None
 
     def _batches(self) -> Iterator[Any]:
         import pyarrow.parquet as pq

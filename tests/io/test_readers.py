@@ -283,6 +283,18 @@ def test_parquet_long_codes_with_a_missing_cell_as_none(tmp_path, monkeypatch):
     assert [ips2[1][c] for c in ips2[0]] == ["7"] and stamps2[1] == [None] and np.isnan(values2).all()
 
 
+def test_a_parquet_id_or_timestamp_column_of_a_type_without_text_is_a_usage_error_naming_it(tmp_path):
+    values = pa.array([1.0, 2.0])
+    for columns, chunks, name, kind in (
+            ({"ip": pa.array([[1], [2]]), "a": values}, "wide_chunks", "ip", "list<element: int64>"),
+            ({"ip": pa.array([{"x": 1}, {"x": 2}]), "a": values}, "wide_chunks", "ip", "struct<x: int64>"),
+            ({"ip": pa.array(["a", "b"]), "timestamp": pa.array([[1], [2]]), "value": values}, "long_chunks",
+             "timestamp", "list<element: int64>")):
+        path = parquet(tmp_path, pa.table(columns), f"{chunks}-{name}.parquet")
+        with pytest.raises(UsageError, match=rf"^cannot read table .*: its column '{name}' is {kind}, not text$"):
+            list(getattr(ParquetFile(path), chunks)())
+
+
 def test_an_infinity_stored_in_parquet_is_an_unreadable_cell_as_in_a_csv(tmp_path):
     table = pa.table({"ip": pa.array(["a", "b"]), "t0": pa.array([1.5, np.inf]), "t1": pa.array([-np.inf, 2.0])})
     [(ids, values, notes)] = list(open_table_file(parquet(tmp_path, table, "t.parquet")).wide_chunks())
