@@ -129,3 +129,21 @@ def test_a_model_or_scaler_that_is_a_fifo_is_a_load_error_not_missing(root):
     store = Store(str(root))
     assert status_of(store, "a") == ("load_error", "sc/a.save is not a regular file")
     assert status_of(store, "b") == ("load_error", "model/b.h5 is not a regular file")
+
+
+def test_a_link_in_a_loop_is_a_load_error_of_its_own_ip_not_the_end_of_the_listing(root):
+    """os.scandir's is_file raises on a link that resolves to itself: the rest of the folder must still be
+    listed, or every IP after it in the listing's order would be no_model."""
+    ips = [f"h{i}" for i in range(40)]
+    for ip in ips:
+        (root / "model" / f"{ip}.h5").write_bytes(b"")
+        (root / "sc" / f"{ip}.save").write_bytes(b"")
+    (root / "std" / "std.json").write_text(json.dumps(dict.fromkeys([*ips, "loop", "a"], 1.0)))
+    (root / "model" / "loop.h5").symlink_to("loop.h5")
+    (root / "model" / "a.h5").write_bytes(b"")
+    (root / "sc" / "a.save").unlink()
+    (root / "sc" / "a.save").symlink_to("a.save")
+    store = Store(str(root))
+    assert status_of(store, "loop") == ("load_error", "model/loop.h5 is not a regular file")
+    assert status_of(store, "a") == ("load_error", "sc/a.save is not a regular file")
+    assert [store.artefacts(ip).model for ip in ips] == [f"model/{ip}.h5" for ip in ips]
