@@ -98,7 +98,7 @@ def read_labels(path: str) -> Labels:
 def _json_pairs(text: str, path: str) -> dict[str, tuple[list[str], list]]:
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:  # nested past the parser's depth: no labels either
+    except (ValueError, RecursionError) as exc:  # past the parser's depth, an integer of over 4,300 digits: no labels
         raise UsageError(f"labels {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"labels {path}: expected an object {{series: [[start, end], ...]}}")

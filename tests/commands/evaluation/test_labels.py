@@ -45,6 +45,7 @@ def test_times_compare_alike_whatever_their_format():
 @pytest.mark.parametrize("text, message", [
     ("{not json", "is not valid JSON"),
     ('{"a":' * 100_000 + "1" + "}" * 100_000, "is not valid JSON"),  # nested past the parser's depth
+    ('{"a": [[1' + "0" * 5000 + ', 2]]}', "is not valid JSON"),  # an integer past Python's 4,300 digits
     ('["a", "b"]', "needs exactly the columns ip,start,end"),  # not an object: read as CSV, which it is not
     ("ip,begin,end\na,2014-01-01,2014-01-02\n", "needs exactly the columns ip,start,end"),
     ("ip," + ",".join(f"t{i}" for i in range(48)) + "\n", "not ip,t0,t1,t2,... (49 columns)"),  # a stats table
