@@ -121,6 +121,17 @@ def test_a_store_json_file_that_is_no_data_file_of_the_store_is_one_error(root, 
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
 
 
+@pytest.mark.parametrize("name", ["std/std.json", "manifest.json"])
+def test_a_store_json_file_that_is_a_folder_is_named_as_one(root, name):
+    """open() on the folder's descriptor named the descriptor: 'IsADirectoryError: [Errno 21] Is a directory: 4'."""
+    path = root / name
+    path.unlink(missing_ok=True)
+    path.mkdir()
+    with pytest.raises(UsageError) as caught:
+        Store(str(root))
+    assert str(caught.value) == f"{path} is not a regular file"
+
+
 def test_a_model_or_scaler_that_is_a_fifo_is_a_load_error_not_missing(root):
     (root / "model" / "a.h5").write_bytes(b"")
     os.mkfifo(root / "model" / "b.h5")
