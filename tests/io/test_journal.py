@@ -60,6 +60,29 @@ def test_journal_round_trip_and_torn_last_line(tmp_path):
     assert [r["ip"] for r in journal_results(path)] == ["a", "c"]
 
 
+def test_resume_cuts_by_bytes_so_a_line_of_other_than_ascii_keeps_every_result(tmp_path):
+    """A load_error's message holds '…' (3 bytes in UTF-8, 1 character): the cut was made at the character count,
+    so a resume cut the last whole line short, the next append joined it, and the next resume lost both. A byte
+    that is not UTF-8 (a damaged disk) made --resume a UnicodeDecodeError traceback."""
+    path = tmp_path / "a.csv.journal"
+    journal = Journal(str(path), "fp")
+    journal.open(resume=False)
+    journal.append(Result(ip="a", status=Status.LOAD_ERROR, error="checksum mismatch: model/a.h5 (sha256 0000… in "
+                                                                  "manifest.json, 1234… on disk)"))
+    journal.append(Result(ip="b"))
+    journal.close(remove=False)
+    for ip in ("c", "d"):
+        again = Journal(str(path), "fp")
+        again.open(resume=True)
+        again.append(Result(ip=ip))
+        again.close(remove=False)
+    assert list(Journal(str(path), "fp").open(resume=True)) == ["a", "b", "c", "d"]
+    with open(path, "ab") as fh:
+        fh.write(b'{"ip": "e", "status": "ok\xff\n')
+    done = Journal(str(path), "fp").open(resume=True)
+    assert list(done) == ["a", "b", "c", "d"] and done["a"].error.startswith("checksum mismatch")
+
+
 def test_a_line_holds_what_json_writes_of_the_result(tmp_path):
     """orjson writes the lines (json where it refuses a record): the same values as json's line, read back."""
     point = Point(timestamp="2026-11-01T00:05", observed=3.0, predicted=1.5, std=0.25, lower=(1.0, 0.5),
