@@ -63,10 +63,13 @@ def sweep_of(sweep: list[float] | None, flags: str) -> list[float] | None:
 
 
 def output_path(text: str) -> str:
-    """--out: a file's path (or a prefix of files), not empty and not a folder's."""
+    """--out: a file's path (or a prefix of files), not empty and not a folder's, nor a FIFO's or a device's: the
+    output replaces the file at its path, so `--out /dev/null` run as root would replace the device."""
     if not text or text.endswith(os.sep) or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"takes a file's path, not {'a folder' if text else 'an empty one'}: "
                                          f"{text!r}")
+    if os.path.exists(text) and not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"takes a regular file's path, not a FIFO's or a device's: {text!r}")
     return text
 
 

@@ -97,6 +97,8 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
     (["--out", ""], "takes a file's path, not an empty one"),
     (["--out", "{tmp}/o"], "takes a file's path, not a folder"),
     (["--out", "{tmp}/o/"], "takes a file's path, not a folder"),
+    # The output replaced the FIFO (or, as root, a device such as /dev/null) with its file.
+    (["--out", "{tmp}/fifo"], "takes a regular file's path, not a FIFO's or a device's"),
     (["--data", "{tmp}/t.csv", "--out", "{tmp}/t.csv"], "would write over the table it reads"),
     # The history folder was made where the CSV goes: IsADirectoryError once every job had run, exit 1.
     (["--history", "{tmp}/o/a.csv"], "is a file the run writes beside --out"),
@@ -106,6 +108,7 @@ def test_unusable_invocation_exits_2_and_writes_nothing(store, table, tmp_path, 
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "bad.parquet").write_bytes(b"PAR1" + bytes(100) + b"PAR1")
     (tmp_path / "o").mkdir()
+    os.mkfifo(tmp_path / "fifo")
     (tmp_path / "t.csv").write_text(table.read_text())
     defaults = {"--data": str(table), "--models": str(store), "--out": str(tmp_path / "o" / "a.csv")}
     given = [a.format(tmp=tmp_path) for a in args]

@@ -1,9 +1,10 @@
 """The Prometheus textfile: parsed by prometheus-client's own parser, checked against the CSV."""
 import os
+import stat
 import time
 
 import pytest
-from conftest import read_out, run_cli
+from conftest import read_out, run_cli, without_blocking
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchpredict.errors import BatchPredictError
@@ -81,6 +82,15 @@ def test_an_unwritable_metrics_path_is_one_error_and_leaves_nothing(tmp_path):
             write_metrics(str(path), SUMMARY, 0, time.time())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.prom"]
     assert list((tmp_path / "folder.prom").iterdir()) == []
+
+
+def test_a_metrics_path_that_is_a_fifo_is_one_error_not_a_run_blocked_after_its_output(tmp_path):
+    fifo = tmp_path / "m.prom"
+    os.mkfifo(fifo)
+    raised = without_blocking(lambda: write_metrics(str(fifo), SUMMARY, 0, time.time()), fifo)
+    assert isinstance(raised, BatchPredictError), raised
+    assert str(raised) == f"cannot write metrics file {fifo}: not a regular file (a FIFO or a device?)"
+    assert stat.S_ISFIFO(fifo.stat().st_mode)  # left as it was, not replaced
 
 
 def test_unset_peak_is_left_out_not_zero():

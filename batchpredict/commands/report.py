@@ -88,6 +88,9 @@ def build_report(results: str, data: str, out_dir: str, top: int = 100, *, param
         if found is None:
             log.warning("report: %s is not in %s; no plot", ip, data)
             continue
+        if ip not in points:  # flagged, but no row of it holds a predicted number: an edited or damaged file
+            log.warning("report: %s has no predicted value in %s; no plot", ip, results)
+            continue
         name = plot_name(ip)
         path = os.path.join(out_dir, name)
         try:

@@ -145,11 +145,13 @@ class NotRegular(Exception):
 def open_regular(path: str, mode: str = "rb") -> IO[Any]:
     """`path` opened for reading, or NotRegular where it is no regular file: opened without waiting, since a FIFO
     would block its reader until someone writes to it, and checked, since a device (/dev/zero) never ends."""
-    fh = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), mode)  # noqa: SIM115 - returned to the caller's `with`
-    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-        fh.close()
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    # Checked before open() wraps it: on a folder open() raises IsADirectoryError naming the descriptor, not the
+    # path ("Is a directory: 4"), and leaves the descriptor open.
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         raise NotRegular(path)
-    return fh
+    return open(fd, mode)  # noqa: SIM115 - returned to the caller's `with`
 
 
 def outside(root: str, path: str) -> bool:

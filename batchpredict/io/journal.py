@@ -44,11 +44,12 @@ class Journal:
         return done
 
     def _read(self) -> dict[str, Result]:
-        with open(self.path, "r+") as fh:
-            text = fh.read()
-            # Cut the line a killed run was writing, so that appends start on a line of their own.
-            fh.truncate(text.rfind("\n") + 1)
-        lines = text.split("\n")
+        with open(self.path, "rb+") as fh:
+            data = fh.read()
+            # Cut the line a killed run was writing, so that appends start on a line of their own: at a byte
+            # offset, which a character's (an error's '…') is not.
+            fh.truncate(data.rfind(b"\n") + 1)
+        lines = data.decode("utf-8", errors="replace").split("\n")  # a damaged byte costs its line only
         try:
             header = json.loads(lines[0])
         except ValueError:

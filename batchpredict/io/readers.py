@@ -13,7 +13,11 @@ import contextlib
 import itertools
 import lzma
 import math
+import os
+import stat
+import tarfile
 import warnings
+import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -134,7 +138,18 @@ def row_numbers(cells: np.ndarray) -> np.ndarray:
 
 def open_table_file(path: str) -> TableFile:
     """Parquet by its name (.parquet, .pq) or its magic bytes at both ends, else CSV."""
+    regular_file(path, "table")
     return ParquetFile(path) if _is_parquet(path) else CsvFile(path)
+
+
+def regular_file(path: str, what: str) -> None:
+    """UsageError where `path` is there but no regular file: a file is read more than once (its first line, then
+    its chunks, its lines beside them), which a FIFO or a device cannot give, and a FIFO nobody writes to would
+    block the run for good."""
+    with contextlib.suppress(OSError):  # a missing or unreadable path, or a folder: the reader names it
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise UsageError(f"cannot read {what} {path}: not a regular file (a FIFO or a device?)")
 
 
 def _is_parquet(path: str) -> bool:
@@ -161,16 +176,21 @@ def _readable(path: str, what: str, errors: tuple[type[BaseException], ...]) -> 
         raise UsageError(f"cannot read {what} {path}: {detail}") from None
 
 
-# A compressed file cut short or not what its name says (gzip.BadGzipFile is an OSError) is unreadable too.
+# A compressed file cut short or not what its name says (gzip.BadGzipFile is an OSError) is unreadable too, as is
+# an archive that is none (a .zip or .tar of other bytes) or whose module is not installed (.zst: zstandard).
 _CSV_ERRORS = (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, IsADirectoryError,
-               PermissionError, EOFError, OSError, zlib.error, lzma.LZMAError)
+               PermissionError, EOFError, OSError, zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError,
+               ImportError)
+# Where a file is opened and no cell is read as a number, a ValueError is the file's too: pandas' for a zip of
+# several files or none. (Elsewhere a ValueError is the C parser's, meeting a cell that is no number.)
+_OPEN_ERRORS = (*_CSV_ERRORS, ValueError)
 _TEXT = dict(keep_default_na=False, skipinitialspace=True)  # every cell as written, leading spaces skipped
 
 
 def read_text_csv(path: str, what: str, **options: Any) -> pd.DataFrame:
     """A whole CSV with every cell as written; UsageError naming `what` when it cannot be read at all."""
     # index_col=False: a first line longer than the header would make the first column the index, shifting all.
-    with _readable(path, what, _CSV_ERRORS):
+    with _readable(path, what, _OPEN_ERRORS):
         return pd.read_csv(path, dtype=str, index_col=False, **{**_TEXT, **options})
 
 
@@ -178,7 +198,8 @@ def read_text_records(path: str, what: str) -> tuple[pd.DataFrame, list[BadLine]
     """read_text_csv with each line read against the header, as the stats table's are (docs/design.md §2): the
     rows of lines of other fields than the header's left out, and those lines, in file order. UsageError when
     no line has the header's fields: the file is read wrong as a whole."""
-    with _readable(path, what, _CSV_ERRORS):
+    regular_file(path, what)
+    with _readable(path, what, _OPEN_ERRORS):
         lines = Lines(path)
         try:
             limit = max(lines.width or 0, lines.first_fields() or 0)  # the parser's width (CsvFile.limit)
@@ -369,9 +390,11 @@ class ParquetFile:
         self.path = path
         self._errors = (pa.ArrowException, OSError, ValueError)
         with _readable(path, "table", self._errors):
-            self.header = list(pq.read_schema(path).names)
+            self.schema = pq.read_schema(path)
+        self.header = list(self.schema.names)
 
     def wide_chunks(self) -> Iterator[tuple[list[str], np.ndarray, Notes]]:
+        self._check_texts(1)
         start = 0
         for batch in self._batches():
             read = [_parquet_numbers(column) for column in batch.columns[1:]]
@@ -381,6 +404,7 @@ class ParquetFile:
             start += len(values)
 
     def long_chunks(self) -> Iterator[tuple[Codes, Codes, np.ndarray, Notes]]:
+        self._check_texts(2)
         start = 0
         for batch in self._batches():
             values, cells = _parquet_numbers(batch.column(2))
@@ -388,6 +412,20 @@ class ParquetFile:
                           unreadable=unreadable_cells(cells, values) if cells is not None else {})
             yield _dictionary(batch.column(0)), _dictionary(batch.column(1)), values, notes
             start += len(values)
+
+    def _check_texts(self, columns: int) -> None:
+        """UsageError where one of the first `columns` (the IP's, a long table's timestamps) is of a type that has
+        no text (lists, structs, maps): they are read as text, and the cast would fail on the first batch."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for column in list(self.schema)[:columns]:
+            kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+            try:
+                pc.cast(pa.array([], kind), pa.string())
+            except pa.ArrowNotImplementedError:
+                raise UsageError(f"cannot read table {self.path}: its column {column.name!r} is {kind}, "
+                                 f"not text") from None
 
     def _batches(self) -> Iterator[Any]:
         import pyarrow.parquet as pq

@@ -188,11 +188,14 @@ class _Folder:
                     self.stems.update((name, name.rsplit(".", 1)[0]))
                     if entry.is_symlink() and outside(root, entry.path):
                         self._escaping.add(name)
-                    if entry.is_file():
-                        self.files.add(name)
-                    elif entry.is_dir():
-                        self.dirs.add(name)
-                    elif os.path.exists(entry.path):  # a FIFO, a socket, a device (a dangling link is missing)
+                    try:
+                        if entry.is_file():
+                            self.files.add(name)
+                        elif entry.is_dir():
+                            self.dirs.add(name)
+                        elif os.path.exists(entry.path):  # a FIFO, a socket, a device (a dangling link is missing)
+                            self.others.add(name)
+                    except OSError:  # a link in a loop (ELOOP): there, but no file; the names after it still count
                         self.others.add(name)
         except OSError:  # missing, not a folder, unreadable: nothing in it, as os.path.isfile would say
             pass

@@ -411,7 +411,10 @@ def _order_ranks(stamps: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _numbers(stamps: pd.Series) -> pd.Series | None:
-    return pd.to_numeric(stamps, errors="coerce")
+    numbers = pd.to_numeric(stamps, errors="coerce")
+    # An infinity (`inf`, `1e999`) is no place in time: read as a number it would sort after every point and
+    # be scored as the latest, so it is unreadable, as an infinite value is (readers.text_numbers).
+    return numbers.where(~np.isinf(numbers.to_numpy(dtype=float)))
 
 
 def _dates(stamps: pd.Series) -> pd.Series | None:

@@ -202,6 +202,9 @@ def _window_of(what: str, shape: tuple) -> int | None:
     if len(shape) != 3 or shape[2] != 1:
         raise JobError(Status.LOAD_ERROR, f"{what}: input shape {shape} is not (batch, timesteps, 1); "
                                           "batchpredict feeds one feature per step")
+    if shape[1] is not None and int(shape[1]) < 1:  # it would replace --window, and no window has no values
+        raise JobError(Status.LOAD_ERROR, f"{what}: input shape {shape} declares {shape[1]} timesteps; "
+                                          "a window needs at least one")
     return int(shape[1]) if shape[1] is not None else None
 
 

@@ -128,6 +128,21 @@ def test_results_of_only_the_header_exit_2(every_status_run, tmp_path):
     assert done.returncode == 2 and done.stderr == f"batchpredict: {results} has no rows to report\n", done.stderr
 
 
+def test_a_flagged_ip_without_a_predicted_number_is_a_warning_and_no_plot_not_a_traceback(every_status_run, tmp_path):
+    """An edited results file: one flagged row's predicted is no number; that IP has no plot, the others do."""
+    frame = pd.read_csv(every_status_run.out, dtype=str, keep_default_na=False)
+    flagged = frame.index[frame["anomaly"] == "true"]
+    victim = frame.at[flagged[0], "ip"]
+    frame.loc[frame["ip"] == victim, "predicted"] = "oops"
+    results = tmp_path / "r.csv"
+    frame.to_csv(results, index=False)
+    done = run_cli("report", "--results", results, "--data", every_status_run.table, "--out", tmp_path / "r")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"report: {victim} has no predicted value in {results}; no plot" in done.stderr
+    images = Page((tmp_path / "r" / "index.html").read_text()).images
+    assert victim not in images and len(images) == frame.loc[flagged, "ip"].nunique() - 1
+
+
 def report_into(every_status_run, out: Path, preexec=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "batchpredict.cli", "report", "--results", str(every_status_run.out),
                            "--data", str(every_status_run.table), "--out", str(out)], capture_output=True, text=True,

@@ -6,12 +6,15 @@ that is not a number NaN. test_table.py checks the tables read_table builds from
 from __future__ import annotations
 
 import decimal
+import os
+import zipfile
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import without_blocking
 
 from batchpredict.errors import UsageError
 from batchpredict.io import readers
@@ -123,6 +126,36 @@ def test_a_file_that_cannot_be_opened_is_a_usage_error_naming_it(tmp_path, name,
         (tmp_path / name).write_bytes(content)
     with pytest.raises(UsageError, match=message):
         open_table_file(str(tmp_path / name))
+
+
+def test_a_fifo_or_a_device_is_a_usage_error_at_once_not_a_run_blocked_for_good(tmp_path):
+    fifo = tmp_path / "t.csv"
+    os.mkfifo(fifo)
+    for read, what in ((lambda path: open_table_file(path), "table"),
+                       (lambda path: read_text_records(path, "results"), "results")):
+        for path in (str(fifo), os.devnull):
+            raised = without_blocking(lambda: read(path), fifo)  # noqa: B023 - called before the loop goes on
+            assert isinstance(raised, UsageError), (what, path, raised)
+            assert str(raised) == f"cannot read {what} {path}: not a regular file (a FIFO or a device?)"
+
+
+def test_an_archive_pandas_cannot_take_is_a_usage_error_naming_it(tmp_path):
+    with zipfile.ZipFile(tmp_path / "two.csv.zip", "w") as archive:
+        archive.writestr("a.csv", "ip,a\nx,1\n")
+        archive.writestr("b.csv", "ip,a\ny,2\n")
+    zipfile.ZipFile(tmp_path / "none.csv.zip", "w").close()
+    (tmp_path / "other.csv.zip").write_bytes(b"PK\x03\x04" + b"\0" * 64)
+    (tmp_path / "other.csv.tar").write_bytes(b"x" * 1024)
+    names = ["two.csv.zip", "none.csv.zip", "other.csv.zip", "other.csv.tar"]
+    try:
+        import zstandard  # noqa: F401 - installed: a .zst of other bytes is the codec's error, an OSError
+    except ImportError:
+        (tmp_path / "t.csv.zst").write_bytes(b"(\xb5/\xfd" + b"\0" * 16)
+        names.append("t.csv.zst")
+    for name in names:
+        for read in (open_table_file, lambda path: read_text_records(path, "table")):
+            with pytest.raises(UsageError, match=rf"^cannot read table .*{name}: "):
+                read(str(tmp_path / name))
 
 
 def test_bytes_that_are_not_utf8_cost_their_cell_or_id_in_a_data_line_and_the_file_in_the_header(tmp_path):
@@ -248,6 +281,18 @@ def test_parquet_long_codes_with_a_missing_cell_as_none(tmp_path, monkeypatch):
     assert [ips[1][c] for c in ips[0]] == ["7", "8"] and [s[:10] for s in stamps[1]] == ["2026-01-02", "2026-01-01"]
     assert same_numbers(values, np.array([1.0, -0.0]))
     assert [ips2[1][c] for c in ips2[0]] == ["7"] and stamps2[1] == [None] and np.isnan(values2).all()
+
+
+def test_a_parquet_id_or_timestamp_column_of_a_type_without_text_is_a_usage_error_naming_it(tmp_path):
+    values = pa.array([1.0, 2.0])
+    for columns, chunks, name, kind in (
+            ({"ip": pa.array([[1], [2]]), "a": values}, "wide_chunks", "ip", "list<element: int64>"),
+            ({"ip": pa.array([{"x": 1}, {"x": 2}]), "a": values}, "wide_chunks", "ip", "struct<x: int64>"),
+            ({"ip": pa.array(["a", "b"]), "timestamp": pa.array([[1], [2]]), "value": values}, "long_chunks",
+             "timestamp", "list<element: int64>")):
+        path = parquet(tmp_path, pa.table(columns), f"{chunks}-{name}.parquet")
+        with pytest.raises(UsageError, match=rf"^cannot read table .*: its column '{name}' is {kind}, not text$"):
+            list(getattr(ParquetFile(path), chunks)())
 
 
 def test_an_infinity_stored_in_parquet_is_an_unreadable_cell_as_in_a_csv(tmp_path):

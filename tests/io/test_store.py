@@ -121,6 +121,17 @@ def test_a_store_json_file_that_is_no_data_file_of_the_store_is_one_error(root, 
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
 
 
+@pytest.mark.parametrize("name", ["std/std.json", "manifest.json"])
+def test_a_store_json_file_that_is_a_folder_is_named_as_one(root, name):
+    """open() on the folder's descriptor named the descriptor: 'IsADirectoryError: [Errno 21] Is a directory: 4'."""
+    path = root / name
+    path.unlink(missing_ok=True)
+    path.mkdir()
+    with pytest.raises(UsageError) as caught:
+        Store(str(root))
+    assert str(caught.value) == f"{path} is not a regular file"
+
+
 def test_a_model_or_scaler_that_is_a_fifo_is_a_load_error_not_missing(root):
     (root / "model" / "a.h5").write_bytes(b"")
     os.mkfifo(root / "model" / "b.h5")
@@ -129,3 +140,21 @@ def test_a_model_or_scaler_that_is_a_fifo_is_a_load_error_not_missing(root):
     store = Store(str(root))
     assert status_of(store, "a") == ("load_error", "sc/a.save is not a regular file")
     assert status_of(store, "b") == ("load_error", "model/b.h5 is not a regular file")
+
+
+def test_a_link_in_a_loop_is_a_load_error_of_its_own_ip_not_the_end_of_the_listing(root):
+    """os.scandir's is_file raises on a link that resolves to itself: the rest of the folder must still be
+    listed, or every IP after it in the listing's order would be no_model."""
+    ips = [f"h{i}" for i in range(40)]
+    for ip in ips:
+        (root / "model" / f"{ip}.h5").write_bytes(b"")
+        (root / "sc" / f"{ip}.save").write_bytes(b"")
+    (root / "std" / "std.json").write_text(json.dumps(dict.fromkeys([*ips, "loop", "a"], 1.0)))
+    (root / "model" / "loop.h5").symlink_to("loop.h5")
+    (root / "model" / "a.h5").write_bytes(b"")
+    (root / "sc" / "a.save").unlink()
+    (root / "sc" / "a.save").symlink_to("a.save")
+    store = Store(str(root))
+    assert status_of(store, "loop") == ("load_error", "model/loop.h5 is not a regular file")
+    assert status_of(store, "a") == ("load_error", "sc/a.save is not a regular file")
+    assert [store.artefacts(ip).model for ip in ips] == [f"model/{ip}.h5" for ip in ips]

@@ -535,3 +535,11 @@ def test_a_table_none_of_whose_lines_fits_its_header_is_unreadable(tmp_path, tex
     """A header with a trailing comma, or every line with one: the table is read wrong as a whole (exit 2)."""
     with pytest.raises(UsageError, match=r"no line of table .* has the header's \d fields \(line 2: "):
         read_table(write(tmp_path, text))
+
+
+def test_an_infinite_timestamp_among_numbers_is_unreadable_not_the_latest_point(tmp_path):
+    text = "ip,timestamp,value\na,1,1\na,inf,9\na,2,2\nb,1e999,8\nb,1,1\nb,2,2\nb,3,3\n"
+    table = {s.ip: s for s in read_table(write(tmp_path, text))}
+    assert table["a"].labels == ["1", "2"] and list(table["a"].values) == [1.0, 2.0]
+    assert table["a"].unreadable == (1, "line 3 (timestamp)", "inf") and not table["a"].problem
+    assert table["b"].labels == ["1", "2", "3"] and table["b"].unreadable == (1, "line 5 (timestamp)", "1e999")

@@ -130,6 +130,24 @@ def test_a_config_declaring_more_units_than_its_weights_hold_is_a_load_error_at_
                         r"declares units 1,000,000,000, but the file holds 16,896 weight values for it", row["error"])
 
 
+@pytest.mark.parametrize("engine", ["numpy", "keras"])
+def test_a_model_declaring_no_timesteps_is_a_load_error_not_an_error_of_an_empty_window(tmp_path, engine):
+    """Its 0 timesteps replaced --window: the job then failed in the scaler, `error` naming the MinMaxScaler."""
+    import h5py
+
+    store, ip = Path(shutil.copytree(REPO / "models", tmp_path / "store")), "10.0.0.10"
+    with h5py.File(store / "model" / f"{ip}.h5", "r+") as h5:
+        config = json.loads(h5.attrs["model_config"])
+        config["config"]["layers"][0]["config"]["batch_shape"] = [None, 0, 1]
+        h5.attrs["model_config"] = json.dumps(config)
+    lines = (REPO / "examples" / "stats.csv").read_text().splitlines()
+    table = tmp_path / "t.csv"
+    table.write_text("\n".join([lines[0], *(line for line in lines if line.startswith(ip + ","))]) + "\n")
+    row = predict_table(str(table), str(store), options=RunOptions(engine=engine)).set_index("ip").loc[ip]
+    assert row["status"] == "load_error", row["error"]
+    assert "input shape (None, 0, 1) declares 0 timesteps; a window needs at least one" in row["error"]
+
+
 @pytest.mark.parametrize("ip, kind, version, runtime", [
     ("10.4.0.1", "h5", "3.", "keras"), ("10.4.0.2", "keras", "3.", "keras"), ("10.4.0.3", "h5", "2.", "tf_keras"),
     ("10.4.0.4", "savedmodel", "2.", "tf.saved_model"), ("10.4.0.5", "savedmodel", "", "tf.saved_model"),

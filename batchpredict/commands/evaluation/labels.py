@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UsageError
-from ...io.readers import read_text_records
+from ...io.readers import read_text_records, regular_file
 
 CSV_COLUMNS = ("ip", "start", "end")
 NAT = np.iinfo(np.int64).min  # what numpy's NaT is as int64
@@ -60,6 +60,7 @@ def label_id(key: str) -> str:
 
 def read_labels(path: str) -> Labels:
     """JSON when the file starts with '{', else CSV. UsageError when the file is unusable as a whole."""
+    regular_file(path, "labels")  # a FIFO would block the command for good, /dev/zero never end
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -97,7 +98,7 @@ def read_labels(path: str) -> Labels:
 def _json_pairs(text: str, path: str) -> dict[str, tuple[list[str], list]]:
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:  # nested past the parser's depth: no labels either
+    except (ValueError, RecursionError) as exc:  # past the parser's depth, an integer of over 4,300 digits: no labels
         raise UsageError(f"labels {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"labels {path}: expected an object {{series: [[start, end], ...]}}")

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
-from conftest import SHARED, run_cli
+from conftest import SHARED, run_cli, without_blocking
 from test_evaluate import HOSTS, results_csv, stamp
 
 from batchpredict.commands.evaluation.labels import label_id, parse_times, read_labels
@@ -44,6 +45,7 @@ def test_times_compare_alike_whatever_their_format():
 @pytest.mark.parametrize("text, message", [
     ("{not json", "is not valid JSON"),
     ('{"a":' * 100_000 + "1" + "}" * 100_000, "is not valid JSON"),  # nested past the parser's depth
+    ('{"a": [[1' + "0" * 5000 + ', 2]]}', "is not valid JSON"),  # an integer past Python's 4,300 digits
     ('["a", "b"]', "needs exactly the columns ip,start,end"),  # not an object: read as CSV, which it is not
     ("ip,begin,end\na,2014-01-01,2014-01-02\n", "needs exactly the columns ip,start,end"),
     ("ip," + ",".join(f"t{i}" for i in range(48)) + "\n", "not ip,t0,t1,t2,... (49 columns)"),  # a stats table
@@ -117,3 +119,12 @@ def test_nab_combined_windows_read_whole():
     assert len(hosts) == 17 and set(hosts) <= set(labels.windows)
     assert not labels.excluded and not labels.warnings
     assert sum(len(labels.windows[host]) for host in hosts) > 17
+
+
+def test_labels_that_are_a_fifo_or_a_device_are_a_usage_error_at_once(tmp_path):
+    fifo = tmp_path / "labels.csv"
+    os.mkfifo(fifo)
+    for path in (str(fifo), os.devnull):
+        raised = without_blocking(lambda: read_labels(path), fifo)  # noqa: B023 - called before the loop goes on
+        assert isinstance(raised, UsageError) and str(raised) == (
+            f"cannot read labels {path}: not a regular file (a FIFO or a device?)")
