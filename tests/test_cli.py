@@ -83,6 +83,7 @@ def test_every_kind_of_bad_input_gets_its_row(store, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--data", "{tmp}/missing.csv"], "table not found"),
     (["--models", "{tmp}/nostore"], "model store not found"),
+    (["--models", "{tmp}/o"], "is no model store: its model/ folder is missing"),
     (["--data", "{tmp}/empty.csv"], "cannot read table"),
     (["--data", "{tmp}/bad.parquet"], "cannot read table"),
     (["--sigmas", "4,2"], "sigmas"),

@@ -311,7 +311,7 @@ def _store_for(models: str, fmt: str, holdout: float) -> Store:
         raise UsageError(f"cannot make the store folder --models {models}: {exc.strerror or exc}") from None
     for folder in ("model", "sc", "std"):  # what killed trainers were writing
         remove_leftovers(os.path.join(models, folder))
-    return Store(models)
+    return Store(models, fresh=True)
 
 
 def verdict(results: list[TrainResult], models: str) -> Verdict:

@@ -28,9 +28,14 @@ class Artefacts:
 class Store:
     """The store's folders are listed once: a lookup is then a set membership, not a stat per file."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, fresh: bool = False) -> None:
+        """`fresh`: a store train is about to fill, whose folders may not be there yet. Any other store without
+        a model/ folder is a wrong --models (a parent folder, a typo'd mount), not a night of no_model rows."""
         if not os.path.isdir(root):
             raise UsageError(f"model store not found: {root}")
+        if not fresh and not os.path.isdir(os.path.join(root, "model")):
+            what = "is not a folder" if os.path.lexists(os.path.join(root, "model")) else "is missing"
+            raise UsageError(f"{root} is no model store: its model/ folder {what}")
         self.root = os.path.realpath(root)
         self.stds = _read_stds(self.root)
         self.manifest = manifest.read(self.root)  # entries by IP; None: the store has no manifest.json

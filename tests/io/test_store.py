@@ -71,10 +71,22 @@ def test_bad_std_value_is_load_error(root):
 def test_missing_store_and_broken_std_json(tmp_path):
     with pytest.raises(UsageError):
         Store(str(tmp_path / "none"))
+    (tmp_path / "model").mkdir()
     (tmp_path / "std").mkdir()
     (tmp_path / "std" / "std.json").write_text("{not json")
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match="cannot read .*std.json"):
         Store(str(tmp_path))
+
+
+@pytest.mark.parametrize("model", ["missing", "a file"])
+def test_a_folder_without_a_model_folder_is_no_store_but_one_train_may_fill(tmp_path, model):
+    """--models pointing at a parent folder or an empty mount gave every IP no_model and exit 0."""
+    if model == "a file":
+        (tmp_path / "model").write_text("")
+    with pytest.raises(UsageError, match=f"is no model store: its model/ folder {'is not a folder' if model == 'a file' else 'is missing'}"):
+        Store(str(tmp_path))
+    if model == "missing":
+        assert Store(str(tmp_path), fresh=True).ips() == []
 
 
 def test_a_folder_that_is_a_link_out_of_the_store_takes_every_id_along(root, tmp_path_factory):
