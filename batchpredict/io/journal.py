@@ -7,7 +7,8 @@ import hashlib
 import json
 import os
 import tempfile
-from typing import IO
+import zlib
+from typing import IO, Any
 
 import orjson
 
@@ -25,6 +26,9 @@ def fingerprint(table: str, store: str, settings: dict) -> str:
     return digest.hexdigest()
 
 
+VERSION = 2  # each line with its CRC (version 1's had none: a journal of it is another version's, not resumed)
+
+
 class Journal:
     """`<out>.journal`: a header line with the fingerprint, then one JSON result per line."""
 
@@ -40,7 +44,7 @@ class Journal:
             done = self._read() if resume and os.path.exists(self.path) else {}
             self._fh = open(self.path, "ab" if done else "wb")  # noqa: SIM115 - open for the run; close() closes it
         if not done:
-            self._write({"journal": 1, "fingerprint": self.fingerprint})
+            self._write({"journal": VERSION, "fingerprint": self.fingerprint})
         return done
 
     def _read(self) -> dict[str, Result]:
@@ -49,20 +53,20 @@ class Journal:
             # Cut the line a killed run was writing, so that appends start on a line of their own: at a byte
             # offset, which a character's (an error's '…') is not.
             fh.truncate(data.rfind(b"\n") + 1)
-        lines = data.decode("utf-8", errors="replace").split("\n")  # a damaged byte costs its line only
+        lines = data.split(b"\n")
         try:
-            header = json.loads(lines[0])
+            header = _record(lines[0])
         except ValueError:
             header = {}
-        if header.get("fingerprint") != self.fingerprint:
-            raise UsageError(f"{self.path} belongs to another table, store or settings; "
+        if not isinstance(header, dict) or header.get("fingerprint") != self.fingerprint:
+            raise UsageError(f"{self.path} belongs to another table, store, settings or version; "
                              "rerun without --resume to start over")
         done = {}
         for line in lines[1:]:
             try:
-                result = Result.from_dict(json.loads(line))
+                result = Result.from_dict(_record(line))
             except (ValueError, TypeError, KeyError):
-                continue  # the cut line, or the empty one after the last newline
+                continue  # the cut line, the empty one after the last newline, or a damaged one: run again
             done[result.ip] = result
         return done
 
@@ -90,13 +94,23 @@ class Journal:
 
 
 def _line(record: dict) -> bytes:
-    """A record as one JSON line: orjson's (a night's result of 288 points in a quarter of json's time), json's
-    for what orjson refuses. A result holds no float that is not finite (orjson would write null for it): its
-    points travel as the bytes of their arrays (Points.to_dict)."""
+    """A record as one JSON line, then a tab (which JSON never holds raw) and the JSON's CRC32: a line changed since
+    (a digit, a byte) is no result, and its job runs again on --resume. orjson's JSON (a night's result of 288
+    points in a quarter of json's time), json's for what orjson refuses. A result holds no float that is not finite
+    (orjson would write null for it): its points travel as the bytes of their arrays (Points.to_dict)."""
     try:
-        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        text = orjson.dumps(record)
     except TypeError:
-        return (json.dumps(record) + "\n").encode()
+        text = json.dumps(record).encode()
+    return b"%s\t%08x\n" % (text, zlib.crc32(text))
+
+
+def _record(line: bytes) -> Any:
+    """What _line wrote on `line`; ValueError where the line is not one it wrote whole."""
+    text, tab, crc = line.rpartition(b"\t")
+    if not tab or crc != b"%08x" % zlib.crc32(text):
+        raise ValueError("not a whole journal line")
+    return json.loads(text)
 
 
 class Lock:
