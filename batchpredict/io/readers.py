@@ -381,7 +381,7 @@ def _factorize(column: pd.Series) -> Codes:
 
 class ParquetFile:
     """A Parquet table (pyarrow): numeric columns are numbers as stored, text cells read as a CSV's are,
-    each on its own (float_values), anything else NaN."""
+    each on its own (float_values), anything else NaN and named unreadable."""
 
     def __init__(self, path: str) -> None:
         import pyarrow as pa
@@ -472,7 +472,10 @@ def _parquet_numbers(column: Any) -> tuple[np.ndarray, np.ndarray | None]:
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         cells = np.array(_texts(column).to_pylist(), dtype=object)
         return float_values(cells), cells
-    return np.full(len(column), np.nan), None
+    # Booleans, times, lists, structs hold no measurement: each cell that is there is named unreadable, as a CSV's
+    # text is (a column of them was NaN with nothing said).
+    cells = np.array([None if cell is None else str(cell) for cell in column.to_pylist()], dtype=object)
+    return np.full(len(column), np.nan), cells
 
 
 def _unreadable_columns(read: list[tuple[np.ndarray, np.ndarray | None]], rows: int) -> dict[int, tuple[int, int, str]]:

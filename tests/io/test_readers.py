@@ -251,7 +251,7 @@ def test_cells_read_one_column_again_at_rows_across_chunks(tmp_path, monkeypatch
 
 # --- Parquet in batches ---
 
-def test_parquet_wide_numbers_as_stored_text_as_a_csvs_cells_anything_else_nan(tmp_path, monkeypatch):
+def test_parquet_wide_numbers_as_stored_text_as_a_csvs_cells_anything_else_nan_and_named(tmp_path, monkeypatch):
     monkeypatch.setattr(readers, "CHUNK_ROWS", 2)
     table = pa.table({
         "ip": pa.array(["a", None, "c"]),
@@ -270,6 +270,10 @@ def test_parquet_wide_numbers_as_stored_text_as_a_csvs_cells_anything_else_nan(t
     nan = np.nan
     assert same_numbers(np.concatenate([v for _, v, _ in chunks]), np.array([
         [1, 1.25, -0.0, nan, nan, 1.5, 1.5], [2, nan, nan, nan, nan, 2, nan], [3, 3, nan, nan, nan, 1.5, -0.0]]))
+    # The text that is no number and every time there is, named: (how many, the first's column, its text); the
+    # booleans are missing cells, as a CSV's true and false are.
+    assert [notes.unreadable for _, _, notes in chunks] == [
+        {0: (1, 4, "2026-01-01 00:00:00"), 1: (2, 2, "x")}, {0: (1, 4, "2026-01-03 00:00:00")}]
 
 
 def test_parquet_long_codes_with_a_missing_cell_as_none(tmp_path, monkeypatch):
