@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -164,3 +165,56 @@ def test_the_full_pool_is_a_server_of_its_own_with_tensorflow(lean):
     for pid, tensorflow in ((full["ppid"], True), (lean_worker["ppid"], False)):
         with open(f"/proc/{pid}/maps") as maps:  # the server's own memory: TensorFlow's libraries or not
             assert ("tensorflow" in maps.read()) is tensorflow
+
+
+ORPHAN = textwrap.dedent("""
+    import os, sys, time
+    if os.fork():
+        os._exit(0)  # the coordinator, gone before its forkserver reaches the prctl
+    deadline = time.monotonic() + 10
+    while os.getppid() != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(os.getpid(), os.getppid() == 1, flush=True)
+    for fd in (1, 2):  # so that the test's read ends here, whatever this process does next
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    import batchpredict.runtime.preload  # what a forkserver runs first
+    time.sleep(60)  # a set that takes long to import
+""")
+
+
+def test_a_forkserver_whose_coordinator_died_before_it_started_exits_at_once():
+    """Under load the coordinator may die between a forkserver's start and its PR_SET_PDEATHSIG, which then never
+    fires: the server imported TensorFlow before it noticed, outliving a kill -9 by tens of seconds."""
+    done = subprocess.run([sys.executable, "-c", ORPHAN], capture_output=True, text=True, timeout=60)
+    pid, orphaned = done.stdout.split()
+    if orphaned != "True":
+        pytest.skip("orphans are not reparented to pid 1 here (a subreaper)")
+    gone, alive = psutil.wait_procs([psutil.Process(int(pid))], timeout=10) if psutil.pid_exists(int(pid)) else ([], [])
+    for process in alive:
+        process.kill()
+    assert not alive
+
+
+UNARMED = textwrap.dedent("""
+    import ctypes, subprocess, sys
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import ctypes, sys, time; import batchpredict.runtime.preload; "
+        "ctypes.CDLL(None).prctl(1, 0); print('ready', flush=True); time.sleep(60)")],  # no death signal armed
+        stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "ready\\n"
+    print(child.pid, flush=True)
+    child.wait()
+""")
+
+
+def test_a_forkserver_leaves_when_its_coordinator_dies_even_without_the_death_signal():
+    """The parent watch, whatever became of PR_SET_PDEATHSIG: such a server outlived a kill -9 of its coordinator
+    with a hung worker of its own, which keeps the server's pipe open."""
+    coordinator = subprocess.Popen([sys.executable, "-c", UNARMED], stdout=subprocess.PIPE, text=True)
+    server = psutil.Process(int(coordinator.stdout.readline()))
+    coordinator.kill()
+    coordinator.wait(10)
+    gone, alive = psutil.wait_procs([server], timeout=10)
+    for process in alive:
+        process.kill()
+    assert not alive

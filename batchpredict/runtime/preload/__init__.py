@@ -6,11 +6,28 @@ survive a fork. Environment set here is inherited by every worker.
 import ctypes
 import os
 import signal
+import threading
+import time
 
 # A forkserver leaves when the coordinator closes its end of a pipe; a coordinator killed with
 # SIGKILL must take it down as surely, and with it every worker (they die with their forkserver).
 _libc = ctypes.CDLL(None)
 _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+_PARENT = os.getppid()
+if _PARENT == 1:  # the coordinator died before the prctl took effect: no one would ask this server for a worker,
+    os._exit(0)   # and it would import its set (TensorFlow: seconds, more on a busy machine) before it noticed
+
+
+def _watch_parent() -> None:
+    """Leave once the coordinator is gone, whatever became of the death signal: a TensorFlow forkserver was seen
+    alive long after a kill -9 of its coordinator (on a loaded machine), kept so by a hung worker of its own, which
+    holds the server's pipe open and dies only with it. A thread's state is not inherited by the workers forked."""
+    while os.getppid() == _PARENT:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+threading.Thread(target=_watch_parent, name="batchpredict-parent-watch", daemon=True).start()
 
 # A job allocates and frees arrays of a few hundred kB over and over. glibc maps each one above 128 kB afresh
 # and hands the top of its heap back, so a worker faulted in new pages for each (2-3 us a page in a process
