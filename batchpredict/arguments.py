@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
 from . import logs
+from .io.files import special
 from .job import ENGINES, Params, RunOptions, default_workers
 from .rules import parse_duration
 from .runtime.backend import BACKENDS
@@ -68,7 +69,7 @@ def output_path(text: str) -> str:
     if not text or text.endswith(os.sep) or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"takes a file's path, not {'a folder' if text else 'an empty one'}: "
                                          f"{text!r}")
-    if os.path.exists(text) and not os.path.isfile(text):
+    if special(text):
         raise argparse.ArgumentTypeError(f"takes a regular file's path, not a FIFO's or a device's: {text!r}")
     return text
 

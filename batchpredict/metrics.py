@@ -1,16 +1,15 @@
 """The last run as Prometheus text, for node_exporter's textfile collector (how cron jobs are watched)."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import stat
 import time
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 from prometheus_client.parser import text_string_to_metric_families
 
 from .errors import BatchPredictError, writing
+from .io.files import special
 from .result import Severity, Status
 
 log = logging.getLogger("batchpredict")
@@ -99,12 +98,10 @@ def record(path: str, summary: dict | None, exit_code: int, started: float) -> N
 def write_metrics(path: str, summary: dict | None, exit_code: int, started: float) -> None:
     """Replace `path` atomically (a temporary file beside it, renamed): the textfile collector never reads half
     a file, and never the temporary one, whose name does not end in .prom."""
-    with contextlib.suppress(OSError):  # a path not there yet: written below
-        mode = os.stat(path).st_mode
-        # A FIFO would block the run after its output (reading the last success), /dev/zero never end, and either,
-        # a device above all, must not be replaced by the file as root.
-        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-            raise BatchPredictError(f"cannot write metrics file {path}: not a regular file (a FIFO or a device?)")
+    # A FIFO would block the run after its output (reading the last success), /dev/zero never end, and either,
+    # a device above all, must not be replaced by the file as root.
+    if special(path):
+        raise BatchPredictError(f"cannot write metrics file {path}: not a regular file (a FIFO or a device?)")
     registry = collect(summary, exit_code, started, time.time(), last_success=previous_success(path))
     try:
         with writing(path):  # a full disk is exit 74, as for the output

@@ -154,6 +154,17 @@ def open_regular(path: str, mode: str = "rb") -> IO[Any]:
     return open(fd, mode)  # noqa: SIM115 - returned to the caller's `with`
 
 
+def special(path: str) -> bool:
+    """Whether `path` is there but neither a regular file nor a folder: a FIFO, which would block whoever reads
+    it until someone writes, a device (/dev/zero never ends; a rename over /dev/null as root replaces it), a
+    socket. A path that is missing or cannot be looked at is not: its reader or writer says why."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
 def outside(root: str, path: str) -> bool:
     """Whether `path`, its links followed, lies outside `root` (itself resolved)."""
     real = os.path.realpath(root)

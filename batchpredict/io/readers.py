@@ -13,8 +13,6 @@ import contextlib
 import itertools
 import lzma
 import math
-import os
-import stat
 import tarfile
 import warnings
 import zipfile
@@ -27,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from .files import special
 from .lines import BadLine, Lines
 
 CHUNK_ROWS = 10_000
@@ -146,10 +145,8 @@ def regular_file(path: str, what: str) -> None:
     """UsageError where `path` is there but no regular file: a file is read more than once (its first line, then
     its chunks, its lines beside them), which a FIFO or a device cannot give, and a FIFO nobody writes to would
     block the run for good."""
-    with contextlib.suppress(OSError):  # a missing or unreadable path, or a folder: the reader names it
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-            raise UsageError(f"cannot read {what} {path}: not a regular file (a FIFO or a device?)")
+    if special(path):  # a missing or unreadable path, or a folder: the reader names it
+        raise UsageError(f"cannot read {what} {path}: not a regular file (a FIFO or a device?)")
 
 
 def _is_parquet(path: str) -> bool:
