@@ -400,4 +400,4 @@ def read_scaler(path: str, *, one_column: bool = False) -> Scaler:
         raise Unsupported(f"scaler {name}: not read without scikit-learn ({first_line(exc)})") from None
     check_statistics(name, model.states, one_column=one_column)
     return Scaler(model, name, f"{model.label} pickled with scikit-learn {', '.join(sorted(model.versions))}, "
-                                   "read without scikit-learn")
+                               "read without scikit-learn")
