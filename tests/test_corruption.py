@@ -100,6 +100,14 @@ def std_value(value: object) -> Callable[[Path, str], None]:
     return apply
 
 
+def std_text(text: str) -> Callable[[Path, str], None]:
+    """The IP's std.json value as `text`, written as it is: json.dumps cannot write every number a file holds."""
+    def apply(path: Path, ip: str) -> None:
+        std_value("<raw>")(path, ip)
+        path.write_text(path.read_text().replace('"<raw>"', text))
+    return apply
+
+
 # id -> (file kind, how to break it, status, the start (or a fragment, after ...) of its error)
 CASES = {
     "h5 truncated": ("model", file_bytes(lambda b: b[: len(b) // 3]), "load_error", "...h5"),
@@ -139,6 +147,12 @@ CASES = {
     "std a string": ("std", std_value("1.5"), "load_error", "std/std.json entry is not a finite non-negative"),
     "std null": ("std", std_value(None), "load_error", "std/std.json entry is not a finite non-negative"),
     "std a list": ("std", std_value([1.0]), "load_error", "std/std.json entry is not a finite non-negative"),
+    # Finite, but twice it is not: once bands of ±inf and an `ok` row.
+    "std 1e308": ("std", std_value(1e308), "error", "std 1e+308: its ±2σ band around the prediction"),
+    # Past Python's 4,300 digits int() refuses it: once a ValueError that refused the whole store (exit 2).
+    # Last: json.loads, which the cases before it edit std.json with, refuses it too.
+    "std an integer of 5,000 digits": ("std", std_text("1" * 5000), "load_error",
+                                       "std/std.json entry is not a finite non-negative number: inf"),
 }
 
 

@@ -126,16 +126,24 @@ def write_text(path: str, text: str | Iterable[str]) -> None:
 def read_json(path: str, root: str) -> Any:
     """The JSON document at `path`, a file of the folder `root` (a store); UsageError naming it where it resolves
     outside `root`, is not a regular file (a FIFO would block the run for good, a device never end) or holds no
-    JSON (nested past the parser's depth included)."""
+    JSON (nested past the parser's depth included). An integer past Python's 4,300 digits reads as a float
+    (inf): one bad value, as std.json's NaN is, not a document the whole store is refused for."""
     if outside(root, path):
         raise UsageError(f"{path} resolves outside {root}")
     try:
         with open_regular(path, "r") as fh:
-            return json.load(fh)
+            return json.load(fh, parse_int=_integer)
     except NotRegular:
         raise UsageError(f"{path} is not a regular file") from None
     except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _integer(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:  # past sys.get_int_max_str_digits()
+        return float(text)
 
 
 class NotRegular(Exception):

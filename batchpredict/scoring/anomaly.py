@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..errors import JobError
 from ..result import SEVERITIES, Severity
+from ..status import Status
 
 STD_KINDS = ("store", "rolling", "mad")
 MAD_TO_STD = 1.4826  # the median absolute deviation of normal noise, times this, is its std
@@ -53,9 +55,16 @@ def verdicts(observed: np.ndarray, predicted: np.ndarray, std: np.ndarray, sigma
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(lowers, uppers, anomaly, severity) of every point at once: the bands one row per sigma, the severity
     as codes into result.SEVERITIES. The observed value is compared, not the prediction: the original
-    script's `predicted < lower` could never be true."""
-    spread = np.multiply.outer(np.asarray(sigmas, dtype=float), std)
-    lowers, uppers = predicted - spread, predicted + spread
+    script's `predicted < lower` could never be true. JobError where a band is infinite (a std near the
+    largest float): every point would be `ok` between bands of ±inf."""
+    with np.errstate(over="ignore"):  # an overflow is the JobError below, not a warning on the worker's stderr
+        spread = np.multiply.outer(np.asarray(sigmas, dtype=float), std)
+        lowers, uppers = predicted - spread, predicted + spread
+    overflown = np.isinf(lowers) | np.isinf(uppers)  # a NaN std stays NaN bands: no point is outside them
+    if overflown.any():
+        row, point = np.argwhere(overflown)[0]
+        raise JobError(Status.ERROR, f"std {std[point]:g}: its ±{sigmas[row]:g}σ band around the prediction "
+                                     f"{predicted[point]:g} is not finite")
     outside = (observed < lowers) | (observed > uppers)
     return lowers, uppers, outside[0], np.where(outside[1], 2, outside[0].astype(np.uint8)).astype(np.uint8)
 

@@ -3,8 +3,10 @@ import statistics
 import numpy as np
 import pytest
 
+from batchpredict.errors import JobError
 from batchpredict.scoring import anomaly
-from batchpredict.scoring.anomaly import assess, point_stds, std_mode
+from batchpredict.scoring.anomaly import assess, point_stds, std_mode, verdicts
+from batchpredict.status import Status
 
 
 @pytest.mark.parametrize("observed, anomaly, severity", [
@@ -15,6 +17,16 @@ def test_observed_is_compared_with_the_bands(observed, anomaly, severity):
     lowers, uppers, flagged, level = assess(observed, 100.0, 2.0, (2, 4))
     assert lowers == (96.0, 92.0) and uppers == (104.0, 108.0)
     assert flagged is anomaly and level.value == severity
+
+
+@pytest.mark.parametrize("std, predicted, message", [
+    (1e308, 5.0, "std 1e+308: its ±2σ band around the prediction 5 is not finite"),  # 2σ overflows
+    (3e307, -1e308, "std 3e+307: its ±4σ band around the prediction -1e+308 is not finite"),  # 4σ below
+])
+def test_a_band_past_the_largest_float_fails_the_job(std, predicted, message):
+    with pytest.raises(JobError) as caught:
+        verdicts(np.array([1.0, 2.0]), np.array([1.0, predicted]), np.array([1.0, std]), (2, 4))
+    assert caught.value.status is Status.ERROR and str(caught.value) == message
 
 
 @pytest.mark.parametrize("text, mode", [("store", ("store", 0)), ("rolling:288", ("rolling", 288)),
