@@ -94,6 +94,10 @@ class Table:
         if self.layout == "wide":
             if label not in self.labels:
                 raise UsageError(f"--since {label!r} is not a column header in the table (give it as written there)")
+            heads = self.labels.count(label)
+            if heads > 1:  # after which? The first would score again the points the night before scored
+                raise UsageError(f"--since {label!r} heads {heads} columns of the table: it names no one point "
+                                 "to start after")
             after = self.labels.index(label) + 1
             return lambda series: after
         rank = self._points.rank(label) if self._points else None

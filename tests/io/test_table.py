@@ -300,6 +300,8 @@ def test_since_in_a_wide_table_is_a_column_and_must_exist(tmp_path):
     assert after(path, "2") == {"x": [], "y": []}
     with pytest.raises(UsageError, match="'4' is not a column header"):
         after(path, "4")
+    with pytest.raises(UsageError, match="'1' heads 2 columns of the table: it names no one point"):
+        after(write(tmp_path, "ip,1,2,1,3\nx,1,2,3,4\n", "twice.csv"), "1")  # once the first of them
     with pytest.raises(UsageError, match="'1.0' is not a timestamp of any IP"):
         after(write(tmp_path, "ip,timestamp,value\na,1,1\n", "l.csv"), "1.0")  # as written: the same number written otherwise is not the label
 
