@@ -74,6 +74,15 @@ def output_path(text: str) -> str:
     return text
 
 
+def prefix_path(*suffixes: str) -> Callable[[str], str]:
+    """--out PREFIX: output_path() of PREFIX and of each file it names, checked before anything is written."""
+    def parse(text: str) -> str:
+        for suffix in ("", *suffixes):
+            output_path(text + suffix)
+        return text
+    return parse
+
+
 def parse_ips(text: str) -> list[str]:
     ips = [ip.strip() for ip in text.split(",") if ip.strip()]
     if not ips:  # else it would mean every IP

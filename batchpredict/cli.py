@@ -74,7 +74,7 @@ def _evaluate(commands: Commands) -> None:
     evaluate.add_argument("--labels", required=True,
                           help="anomaly windows: NAB's combined_windows.json ({series: [[start, end], ...]}, keyed "
                                "by id or by a file name whose stem is the id) or a CSV ip,start,end")
-    evaluate.add_argument("--out", default=None, type=opt.output_path, metavar="PREFIX",
+    evaluate.add_argument("--out", default=None, type=opt.prefix_path(".csv", ".json"), metavar="PREFIX",
                           help="also write PREFIX.csv and PREFIX.json")
     evaluate.add_argument("--sigmas", dest="thresholds", type=opt.parse_sigmas, default=None,
                           help="warning,critical thresholds in stds (default: the ones the results were made with)")

@@ -112,7 +112,10 @@ def sync_folder(folder: str) -> None:
 
 
 def write_atomic(path: str, text: str | Iterable[str]) -> None:
-    """Write `text` (a string, or its pieces) as the whole new contents of `path`."""
+    """Write `text` (a string, or its pieces) as the whole new contents of `path`; UsageError where `path` is a
+    FIFO or a device (special()), which the rename would replace: a report's page, evaluate's PREFIX.json."""
+    if special(path):
+        raise UsageError(f"{path} is a FIFO or a device, not a file to write over")
     with replaced(path) as tmp:
         write_text(tmp, text)
 

@@ -1,9 +1,11 @@
 """The HTML report of a run with every status: counts, failures, one valid plot per anomaly, in Chromium."""
 import csv
+import os
 import re
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -119,6 +121,15 @@ def test_results_with_a_line_of_other_fields_exit_2_naming_it(every_status_run, 
     fields, width = (len(next(csv.reader([line]))) for line in lines[1::-1])
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"batchpredict: results {results}: line 2: {fields} fields, the header has {width}\n"
+
+
+def test_a_page_that_is_a_fifo_exits_2_and_stays(every_status_run, tmp_path):
+    """The rename replaced the FIFO (or, as root, a device) at --out/index.html with the page."""
+    (tmp_path / "r").mkdir()
+    os.mkfifo(tmp_path / "r" / "index.html")
+    done = run_cli("report", "--results", every_status_run.out, "--data", every_status_run.table, "--out", tmp_path / "r")
+    assert done.returncode == 2 and "index.html is a FIFO or a device, not a file to write over" in done.stderr
+    assert "Traceback" not in done.stderr and stat.S_ISFIFO((tmp_path / "r" / "index.html").lstat().st_mode)
 
 
 def test_results_of_only_the_header_exit_2(every_status_run, tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from batchpredict.errors import UsageError
 from batchpredict.io.files import replaced, write_atomic
 
 
@@ -30,6 +31,15 @@ def test_a_failed_write_keeps_the_old_contents_and_leaves_nothing_behind(tmp_pat
         write_atomic(str(path), pieces())
     assert path.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_a_fifo_is_not_written_over(tmp_path: Path) -> None:
+    """A FIFO where a report's page or evaluate's PREFIX.json goes: once replaced by the file, silently."""
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="out.json is a FIFO or a device, not a file to write over"):
+        write_atomic(str(fifo), "{}\n")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
 def test_the_file_gets_the_mode_open_would_give_it(tmp_path: Path) -> None:

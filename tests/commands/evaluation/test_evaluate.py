@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +220,17 @@ def test_unusable_input_is_a_usage_error(case, tmp_path):
     other = labels_csv(tmp_path / "other.csv", [("x", stamp(0), stamp(2))])
     with pytest.raises(UsageError, match="^no label id names an IP of the results: labels for x; results for a, b"):
         evaluate(results, str(other))
+
+
+@pytest.mark.parametrize("fifo", ["m.csv", "m.json"])
+def test_an_out_file_that_is_a_fifo_exits_2_before_anything_is_written(case, tmp_path, fifo):
+    """The rename replaced the FIFO (or, as root, a device) with PREFIX.csv or PREFIX.json."""
+    results, labels = case
+    os.mkfifo(tmp_path / fifo)
+    done = run_cli("evaluate", "--results", results, "--labels", labels, "--out", tmp_path / "m")
+    assert done.returncode == 2 and "takes a regular file's path, not a FIFO's or a device's" in done.stderr
+    assert "Traceback" not in done.stderr and [p.name for p in tmp_path.glob("m*")] == [fifo]
+    assert stat.S_ISFIFO((tmp_path / fifo).lstat().st_mode)
 
 
 def test_cli_prints_the_table_writes_csv_and_json_and_exits_0(case, tmp_path):
