@@ -27,7 +27,8 @@ from leanprobe import Task, handler
 
 from batchpredict.errors import UsageError
 from batchpredict.result import Status
-from batchpredict.runtime.executor import MIN_DEFAULT_MEMORY_MIB, LocalExecutor, exit_reason
+from batchpredict.runtime.executor import MIN_DEFAULT_MEMORY_MIB, LocalExecutor
+from batchpredict.runtime.workhorse import exit_reason
 
 VICTIM = BASE_IPS[3]
 RESULT_COLUMNS = ["ip", "timestamp", "observed", "predicted", "lower_2std", "upper_4std", "anomaly", "severity",

@@ -117,7 +117,7 @@ def test_a_lean_worker_is_forked_from_its_server_with_the_lean_set_only(lean):
     assert "forkserver" in " ".join(server.cmdline())
     assert facts["lean"] is True
     assert {"numpy", "batchpredict.scoring.engine", "batchpredict.scoring.scalers",
-            "batchpredict.runtime.executor"} <= set(facts["modules"])
+            "batchpredict.runtime.workhorse"} <= set(facts["modules"])
     assert facts["top"] & (FULL_ONLY | COORDINATORS) == set()
     assert facts["main"] != sys.modules["__main__"].__file__  # pytest's main did not run there
     assert {"sklearn", "pandas", "pytest"} <= {name.split(".")[0] for name in sys.modules}  # this process's

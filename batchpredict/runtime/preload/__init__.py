@@ -52,6 +52,6 @@ for _threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 # ~300 -> ~210 ms median per job on the bundled LSTMs (docs/performance.md, "What each change bought").
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-# Every worker's entry (executor.serve) and the class its process object names (forkserver.Process):
+# Every worker's entry (workhorse.serve) and the class its process object names (forkserver.Process):
 # imported here once, not by each worker as it unpickles them (10-12 ms a lean worker, with psutil).
-from .. import executor  # noqa: E402, F401
+from .. import forkserver, workhorse  # noqa: E402, F401
