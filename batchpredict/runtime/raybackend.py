@@ -65,12 +65,20 @@ def run_shard(handler: Callable[[Any], Outcome], tasks: list, settings: dict) ->
     return list(executor.run(handler, tasks))
 
 
+RAY_CLIENT_PORT = 10001  # ray:// without a port: Ray Client's own default
+
+
 def _check_reachable(address: str) -> None:
-    """A GCS `host:port` must answer first, and speak gRPC: ray.init retries a dead one, or a port of something
-    else (a web server, a silent listener), for many minutes."""
-    host, colon, port = address.rpartition(":")
-    if "://" in address or not colon or not port.isdigit():
-        return  # auto, or ray://, whose client times out by itself
+    """A GCS `host:port`, or a Ray Client server's `ray://host[:port]`, must answer first, and speak gRPC: ray.init
+    retries a dead GCS, or a port of something else (a web server, a silent listener), for many minutes, and
+    Ray Client a refused port for 30 s."""
+    client = address.startswith("ray://")
+    target = address.removeprefix("ray://").split("/", 1)[0] if client else address
+    if client and not target.rpartition(":")[2].isdigit():
+        target += f":{RAY_CLIENT_PORT}"
+    host, colon, port = target.rpartition(":")
+    if "://" in target or not colon or not port.isdigit():
+        return  # auto, or another scheme: ray.init says what it makes of it
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
     except OSError as exc:
@@ -79,12 +87,13 @@ def _check_reachable(address: str) -> None:
         return  # the handshake below is plain gRPC; a TLS cluster's GCS would never take it
     import grpc  # a dependency of ray's
 
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(target) as channel:
         try:
             grpc.channel_ready_future(channel).result(timeout=10)
         except grpc.FutureTimeoutError:
             raise UsageError(f"cannot connect to Ray at {address}: it takes connections but no gRPC handshake, so it "
-                             "is no Ray GCS (the port of another service?)") from None
+                             f"is no {'Ray Client server' if client else 'Ray GCS'} (the port of another service?)"
+                             ) from None
 
 
 def _signals_surface(call: Callable, *args: Any, **kwargs: Any) -> Any:

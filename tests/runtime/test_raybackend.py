@@ -88,22 +88,37 @@ def test_without_ray_the_backend_exits_2_with_the_install_hint(store, table, tmp
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("reply", [b"", b"HTTP/1.0 400 Bad Request\r\n\r\n"], ids=["silent", "http"])
-def test_an_address_that_is_no_ray_gcs_exits_2_at_once(store, table, tmp_path, reply):
+@pytest.mark.parametrize("scheme, server", [("", "Ray GCS"), ("ray://", "Ray Client server")])
+def test_an_address_that_is_no_ray_gcs_exits_2_at_once(store, table, tmp_path, reply, scheme, server):
     """A port that takes connections but is another service's: ray.init would retry it for many minutes."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         answering = threading.Thread(target=_answer, args=(listener, reply), daemon=True)
         answering.start()
-        address = f"127.0.0.1:{listener.getsockname()[1]}"
-        started = time.monotonic()
-        done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--backend", "ray",
-                       "--ray-address", address, timeout=90)
+        address = f"{scheme}127.0.0.1:{listener.getsockname()[1]}"
+        refused_at_once(store, table, tmp_path, address, f"it takes connections but no gRPC handshake, so it is no "
+                                                         f"{server} (the port of another service?)", within=60)
+
+
+@needs_ray
+@pytest.mark.timeout(60)
+def test_a_ray_client_address_nothing_listens_at_exits_2_at_once(store, table, tmp_path):
+    """Ray Client retried a refused port for 30 s before it said so."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # a port of nobody's once closed
+        address = f"ray://127.0.0.1:{closed.getsockname()[1]}"
+    refused_at_once(store, table, tmp_path, address, "[Errno 111] Connection refused", within=15)
+
+
+def refused_at_once(store: Path, table: Path, tmp_path: Path, address: str, why: str, *, within: float) -> None:
+    """predict --ray-address `address` exits 2 within `within` seconds, saying `why`, and writes nothing."""
+    started = time.monotonic()
+    done = run_cli("predict", "--data", table, "--models", store, "--out", tmp_path / "a.csv", "--backend", "ray",
+                   "--ray-address", address, timeout=90)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == (f"batchpredict: cannot connect to Ray at {address}: it takes "
-                                                    "connections but no gRPC handshake, so it is no Ray GCS (the port "
-                                                    "of another service?)"), done.stderr
-    assert time.monotonic() - started < 60 and not (tmp_path / "a.csv").exists()
+    assert done.stderr.strip().splitlines()[-1] == f"batchpredict: cannot connect to Ray at {address}: {why}"
+    assert time.monotonic() - started < within and not (tmp_path / "a.csv").exists()
 
 
 def _answer(listener: socket.socket, reply: bytes) -> None:
