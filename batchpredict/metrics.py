@@ -58,7 +58,8 @@ def collect(summary: dict | None, exit_code: int, started: float, finished: floa
     gauge("alerts", "Alerts of the last run: points where the alerting stage would page a person (--alert).",
           summary.get("alerts"))
     gauge("rows", "Rows of the last run's CSV: one per scored point, or one per IP without any.", summary.get("rows"))
-    gauge("skipped_ips", "IPs of the table with no point after --since, which got no rows.", summary.get("skipped"))
+    gauge("skipped_ips", "IPs of the table with no point after --since (each one insufficient_data row).",
+          summary.get("skipped"))
     gauge("jobs_per_second", "Worker jobs per second of wall time in the last run.", summary["jobs_per_s"] or 0)
     gauge("jobs_run", "Worker jobs the last run executed (resumed ones excluded).", summary["jobs_run"])
     gauge("worker_peak_rss_bytes", "Peak resident memory of any worker in the last run.",

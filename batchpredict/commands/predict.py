@@ -139,7 +139,7 @@ class Plan:
         self.jobs = 0      # handed out
         self.started = 0.0  # when the first was (time.monotonic)
         self.cpu_s = 0.0    # CPU time spent reading and planning the table
-        self.skipped = 0    # --since: IPs without a point after the label, which get no rows
+        self.skipped = 0    # --since: IPs without a point after the label, each one insufficient_data row
         self.untimed = False  # some series' labels were not times (said once)
         # The index of each series' first point to score: negative counts from its end.
         self.first = (lambda series: -params.points) if params.since is None else table.since(params.since)
@@ -170,19 +170,11 @@ class Plan:
         for ip in self.table.duplicates:
             series = Series(ip=ip, labels=self.table.labels, values=np.empty(0),
                             problem=self.table.duplicate_problem(ip), position=self.table.position(ip))
-            if not self._nothing_after_since(series):  # else skipped when first seen
-                self._settle(series, self._check_problem)
-
-    def _nothing_after_since(self, series: Series) -> bool:
-        return self.params.since is not None and self.first(series) == len(series.labels)
+            self._settle(series, self._check_problem)
 
     def _plan(self, series: Series) -> Job | None:
         if series.unreadable is not None:
             self.input.note(series)
-        if self._nothing_after_since(series):  # --since: no rows
-            self.rows.skip(series.position)
-            self.skipped += 1
-            return None
         if series.ip in self.done:
             self.rows.put(series.position, self.done.pop(series.ip))
             return None
@@ -212,6 +204,11 @@ class Plan:
         sealed = self.store.sealed(series.ip, self.allow_unsealed)
         if np.isnan(series.values).all():  # no process needed to say so
             raise JobError(Status.INSUFFICIENT_DATA, "no numeric value in the series")
+        # --since: an IP that has nothing new keeps one row (docs/design.md §4), after what the store says of
+        # it: a no_model or load_error must not go unseen on a night without news.
+        if self.params.since is not None and self.first(series) == len(series.labels):
+            self.skipped += 1
+            raise JobError(Status.INSUFFICIENT_DATA, f"no point after --since {self.params.since!r}")
         pool = pool_for(found.model, self.engine)
         if pool == "full" and not extras.installed():  # a SavedModel: --engine keras stopped the run before
             raise JobError(Status.LOAD_ERROR, extras.needs_tensorflow(f"{found.model} is a SavedModel"))
@@ -267,7 +264,7 @@ def verdict(info: dict, out: str, since: str | None = None) -> Verdict:
     """The run's summary line; exit 1 where a job failed (docs/design.md §5)."""
     rows = f", {info['rows']} rows, {sum(info['events'].values())} events" if info["rows"] != info["ips"] else ""
     rows += f", {info['alerts']} alerts" if "alerts" in info else ""
-    skipped = f" ({info['skipped']} skipped: nothing after {since})" if info["skipped"] else ""
+    skipped = f" ({info['skipped']} with nothing after {since})" if info["skipped"] else ""
     return Verdict(line=f"batchpredict: {info['ips']} IPs{rows}{skipped} in {info['wall_s']:.1f} s "
                         f"({info['jobs_per_s'] or 0:.1f} jobs/s) -> {out}: {listed(info['status']) or 'no rows'}; "
                         f"severity: {listed(info['severity']) or 'none'}",

@@ -172,7 +172,6 @@ class _Writer:
 
 
 _STATUSES = {status: code for code, status in enumerate(Status, 1)}
-_SKIPPED = 255  # the status code of a position without rows
 # Per position, what the summary counts: rows, points per severity, events per peak severity, alerts.
 _TALLIES = ("rows", "normal", "warning", "critical", "events_warning", "events_critical", "alerts")
 _NO_SEVERITIES = [0] * len(SEVERITIES)
@@ -231,15 +230,6 @@ class Rows:
         elif self._peaks:
             self._peaks.pop(position, None)
 
-    def skip(self, position: int) -> None:
-        """A position that gets no rows (--since: nothing after the label)."""
-        self.put(position, Result(ip=""))
-        self._rows[position] = [] if self._cells else ""
-        if self.keeps_events:
-            self._events[position] = [] if self._cells else ""
-        self._codes[2 * position] = _SKIPPED
-        self._tallies[len(_TALLIES) * position] = 0
-
     def __len__(self) -> int:
         return len(self._rows)
 
@@ -269,7 +259,6 @@ class Rows:
         `anomalies`; `events` per peak severity; `alerts` where the alerting stage ran), then how the run went,
         then `extra`. Each count is in order of first appearance in the table."""
         status, engine = np.frombuffer(bytes(self._codes), dtype=np.uint8).reshape(-1, 2).T
-        status = status[status != _SKIPPED]
         totals = np.frombuffer(self._tallies, dtype=np.int64).reshape(-1, len(_TALLIES)).sum(axis=0)
         tallies = dict(zip(_TALLIES, totals.tolist(), strict=True))
         peaks = list(self._peaks.values())

@@ -3,6 +3,7 @@ streamed in chunks."""
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import BASE_IPS, check_against_numpy, read_out, series_for, weights_for, wide_table
+from conftest import BASE_IPS, check_against_numpy, read_out, run_cli, series_for, weights_for, wide_table
 
 from batchpredict import Params, RunOptions, UsageError, predict_table
 from batchpredict.commands.predict import Plan
@@ -271,17 +272,41 @@ def long_table(path, stamps: dict[str, range]):
     return str(path)
 
 
-def test_since_scores_every_point_after_the_label_and_skips_ips_that_end_before_it(base_store, tmp_path):
+def test_since_scores_every_point_after_the_label_and_an_ip_that_ends_before_it_keeps_one_row(base_store, tmp_path):
     a, b, c = BASE_IPS[:3]
     table = long_table(tmp_path / "t.csv", {a: range(1, 41), b: range(1, 46), c: range(1, 36)})
     frame = predict_table(table, str(base_store), params=Params(since="35"))
     assert frame.groupby("ip", sort=False)["timestamp"].apply(list).to_dict() == {
-        a: [str(t) for t in range(36, 41)], b: [str(t) for t in range(36, 46)]}
+        a: [str(t) for t in range(36, 41)], b: [str(t) for t in range(36, 46)], c: ["35"]}
+    stale = frame[frame["ip"] == c].iloc[0]
+    assert (stale["status"], stale["error"]) == ("insufficient_data", "no point after --since '35'")
     summary = frame.attrs["summary"]
-    assert (summary["ips"], summary["rows"], summary["skipped"]) == (2, 15, 1)
+    assert (summary["ips"], summary["rows"], summary["skipped"]) == (3, 16, 1)
     points = predict_table(table, str(base_store), params=Params(points=10))
     after = points[points["timestamp"].astype(int) > 35].drop(columns=TIMING).reset_index(drop=True)
-    pd.testing.assert_frame_equal(frame.drop(columns=TIMING), after)
+    pd.testing.assert_frame_equal(frame[frame["ip"] != c].drop(columns=TIMING).reset_index(drop=True), after)
+
+
+def test_since_past_every_point_keeps_each_ips_problem_and_its_exit_code(store, tmp_path):
+    """The contract's one row per IP of the table: a night with nothing new wrote a header alone, exit 0, where
+    an IP's model was ambiguous (load_error), missing (no_model) or its line ragged (invalid_input)."""
+    ambiguous, missing, ragged, fine = BASE_IPS[:4]
+    model = next((store / "model").glob(f"{ambiguous}.*"))
+    shutil.copy(model, model.with_suffix(".h5" if model.suffix == ".keras" else ".keras"))
+    next((store / "model").glob(f"{missing}.*")).unlink()
+    series = {ip: series_for(ip) for ip in (ambiguous, missing, ragged, fine)}
+    path = wide_table(tmp_path / "t.csv", series)
+    lines = path.read_text().splitlines()
+    lines[3] += ",1.0"  # the ragged IP's line: a field more than the header
+    path.write_text("\n".join(lines) + "\n")
+    last = lines[0].rsplit(",", 1)[1]
+    done = run_cli("predict", "--data", path, "--models", store, "--out", tmp_path / "a.csv", "--since", last)
+    frame = read_out(tmp_path / "a.csv").set_index("ip")
+    assert frame["status"].to_dict() == {ambiguous: "load_error", missing: "no_model", ragged: "invalid_input",
+                                         fine: "insufficient_data"}
+    assert frame.loc[fine, "error"] == f"no point after --since {last!r}" and frame.loc[fine, "timestamp"] == last
+    assert done.returncode == 1, done.stderr
+    assert f"(1 with nothing after {last})" in done.stderr
 
 
 SMALL_ALERT = "likelihood:window=40,average=2,centre=10,rest=10"  # history 60: short series get there
