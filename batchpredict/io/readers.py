@@ -30,9 +30,11 @@ from .lines import BadLine, Lines
 
 CHUNK_ROWS = 10_000
 PARQUET_MAGIC = b"PAR1"
-# Cells that hold no number, which pd.to_numeric makes NaN: the C parser may make them NaN itself. The
-# words for true and false must be here: a column of nothing else would be parsed as booleans, 1.0 and 0.0.
-MISSING = ["", "nan", "NaN", "NAN", "-nan", "NA", "N/A", "n/a", "NULL", "null", "None", "-", "?",
+# The missing marks: cells that hold no number and are not named for it (docs/design.md §2, the contract's
+# empty, NA, N/A, NaN, null and -, as spelled), which the C parser may make NaN itself. The words for true and
+# false must be here too: a column of nothing else would be parsed as booleans, 1.0 and 0.0. Any other text
+# (`None`, `?`) makes the parser fail, and the text path names it.
+MISSING = ["", "nan", "NaN", "NAN", "-nan", "NA", "N/A", "n/a", "NULL", "null", "-",
            "True", "TRUE", "true", "False", "FALSE", "false"]
 
 _MARKS = frozenset(MISSING)
