@@ -176,6 +176,20 @@ def special(path: str) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def foreign(path: str) -> str | None:
+    """What `path` is where it is there but no regular file of its own (a link, a folder, a FIFO or a device), for a
+    file a run opens in place to write it (its journal, its lock): opened through a link it would truncate the
+    link's target (any file, as root), a FIFO would block the run, a folder raise. None where it is a regular
+    file, or missing, or cannot be looked at (its opener says why)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return "a link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "a FIFO or a device"
+
+
 def outside(root: str, path: str) -> bool:
     """Whether `path`, its links followed, lies outside `root` (itself resolved)."""
     real = os.path.realpath(root)

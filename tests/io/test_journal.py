@@ -232,6 +232,35 @@ def test_the_lock_is_taken_before_the_table_is_read(store, tmp_path):
     assert not Path(str(out) + ".journal").exists()
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link", "dangling"])
+@pytest.mark.parametrize("which", [".journal", ".lock"])
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_journal_or_lock_that_is_no_file_of_its_own_exits_2_and_stays(store, table, tmp_path, kind, which, resume):
+    """A journal that was a folder was an IsADirectoryError traceback, a FIFO a traceback with --resume and a run
+    blocked for good without; a link (the lock's too) was opened through: its target, any file, truncated and
+    written over with the run's journal or pid, and a dangling one created its target."""
+    import os
+
+    out, target = tmp_path / "out" / "a.csv", tmp_path / "precious"
+    out.parent.mkdir()
+    path = Path(str(out) + which)
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        if kind == "link":
+            target.write_text("precious\n")
+        path.symlink_to(target)
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, *["--resume"] * resume, timeout=60)
+    assert done.returncode == 2, done.stderr
+    described = {"folder": "a folder", "fifo": "a FIFO or a device"}.get(kind, "a link")
+    what = "a lock" if which == ".lock" else "the run's journal"
+    assert done.stderr == f"batchpredict: {path} is {described}, not {what}: the run writes that file itself; remove it\n"
+    assert not out.exists() and os.path.lexists(path)
+    assert target.read_text() == "precious\n" if kind == "link" else not target.exists()
+
+
 @pytest.mark.parametrize("layout", ["wide", "long"])
 def test_the_summary_names_the_last_label_for_the_next_since(base_store, tmp_path, layout):
     from conftest import series_for, wide_table
