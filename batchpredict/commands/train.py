@@ -112,13 +112,16 @@ def _train(job: TrainJob) -> TrainResult:
 
     window = job.params.window
     smoothed = rolling_series(np.asarray(job.values, dtype=float), job.params.rolling)
+    # Counted before any array is made: a series shorter than --rolling smooths to nothing (the scaler's fit
+    # raised), and a --window past the series made an empty array of that many timesteps (numpy raised).
+    count = max(len(smoothed) - window, 0)
+    held = int(round(count * job.holdout))
+    if held < 2 or count - held < 2:
+        raise JobError(Status.INSUFFICIENT_DATA, f"{len(job.values)} values are too few to train with rolling "
+                                                 f"{job.params.rolling}, window {window} and holdout {job.holdout}")
     scaler = MinMaxScaler().fit(smoothed.reshape(-1, 1))
     scaled = scaler.transform(smoothed.reshape(-1, 1)).ravel()
-    x, y = windows(scaled, window) if len(smoothed) > window else (np.zeros((0, window, 1)), np.zeros(0))
-    held = int(round(len(x) * job.holdout))
-    if held < 2 or len(x) - held < 2:
-        raise JobError(Status.INSUFFICIENT_DATA, f"{len(job.values)} values are too few to train with window "
-                                                 f"{window} and holdout {job.holdout}")
+    x, y = windows(scaled, window)
     fit_x, fit_y, hold_x, hold_y = x[:-held], y[:-held], x[-held:], y[-held:]
 
     model = architecture(window)

@@ -223,3 +223,18 @@ def test_a_store_that_is_a_file_or_an_empty_ips_list_is_exit_2(tmp_path, case):
                                                                                  "--ips", ",,"]
     done = run_cli("train", "--data", table, *extra)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("values, extra", [(3, []), (60, ["--window", "99999999999999999999"])],
+                         ids=["fewer values than --rolling", "a --window past the series"])
+def test_a_series_too_short_to_train_is_insufficient_data_not_an_error(tmp_path, values, extra):
+    """A long table's IP of 3 values smoothed to nothing and its job ended `error` in the scaler ("Found array
+    with 0 sample(s) ... MinMaxScaler"); a --window past every series, `error` in numpy ("Maximum allowed
+    dimension exceeded") where the series had too few values for it."""
+    table = tmp_path / "h.csv"
+    table.write_text("ip,timestamp,value\n" + "".join(f"10.0.0.1,{i},{v}\n" for i, v in enumerate(sine("a", values))))
+    done = run_cli("train", "--data", table, "--models", tmp_path / "s", "--epochs", "1", *extra)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    report = pd.read_csv(tmp_path / "s" / "train_report.csv")
+    assert report["status"].tolist() == ["insufficient_data"], report.to_dict("records")
+    assert report["error"][0].startswith(f"{values} values are too few to train with rolling 5, window ")
