@@ -45,6 +45,11 @@ EVENTS, SUMMARY = ".events.csv", ".summary.json"
 OUTPUT_SUFFIXES = ("", EVENTS, SUMMARY)  # the files of a run's output: `--out` and these beside it
 
 
+# --rolling and --window at most: no series is this long (16 GiB of floats an IP), and past int64 the worker's
+# arithmetic on positions overflowed ("OverflowError: Python int too large to convert to C long") for every IP.
+MAX_COUNT = 2**31 - 1
+
+
 class Parsed(NamedTuple):
     """--std, --alert and --step as check_params parses them, once for every job of the run."""
 
@@ -59,6 +64,9 @@ def check_params(params: Params) -> Parsed:
     if params.rolling < 1 or params.window < 1 or params.points < 1:
         raise UsageError(f"--rolling, --window and --points must be at least 1 (got {params.rolling}, "
                          f"{params.window}, {params.points})")
+    if max(params.rolling, params.window) > MAX_COUNT:
+        raise UsageError(f"--rolling and --window must be at most {MAX_COUNT:,} (got {params.rolling:,}, "
+                         f"{params.window:,})")
     if params.since is not None and params.points != 1:
         raise UsageError("--points and --since exclude each other: --since scores every point after its label")
     try:

@@ -352,6 +352,15 @@ def test_a_step_that_is_no_duration_is_a_usage_error(base_store, table):
         predict_table(str(table), str(base_store), params=Params(points=5, step="5"))
 
 
+@pytest.mark.parametrize("knob", ["rolling", "window"])
+def test_a_rolling_or_window_past_any_series_is_a_usage_error(base_store, table, knob):
+    """--rolling 99999999999999999999 (past int64) made every IP `error`, 'OverflowError: Python int too large to
+    convert to C long', with exit 1: the argument, not a job, was what failed."""
+    with pytest.raises(UsageError, match=r"^--rolling and --window must be at most 2,147,483,647 \(got "):
+        predict_table(str(table), str(base_store), params=Params(**{knob: 10**20}))
+    assert predict_table(str(table), str(base_store), params=Params(rolling=50))["status"].eq("insufficient_data").all()
+
+
 @pytest.mark.parametrize("mode, points", [("rolling:8", 10), ("rolling:8", 60), ("mad:8", 10), ("mad:8", 60)])
 def test_each_row_uses_the_std_of_the_residuals_of_the_scored_points_before_it(base_store, tmp_path, mode, points):
     """A --std run must judge each point by the 8 residuals (observed - predicted) of the scored points
