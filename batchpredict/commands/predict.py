@@ -235,7 +235,7 @@ class Plan:
             return self.step or REFERENCE
         labels, step = self._steps
         if series.labels is not labels:
-            found = step_of(series.labels)
+            found = step_of(series.labels, series.times)
             if found is None and not self.untimed:
                 log.warning("%s: labels are not times (%r ...): the alert spans count %s steps; --step sets the "
                             "step (said once)", series.ip, series.labels[0] if series.labels else "",
