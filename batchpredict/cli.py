@@ -178,7 +178,7 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     rows = check_store(args.models, opt.run_options_of(args), verify=args.verify, window=args.window)
     print(aligned(COLUMNS, report_rows(rows, args.window)))
     done = verdict(rows, args.models, verify=args.verify, tolerance=args.tolerance)
-    print(done.line, file=sys.stderr)  # after the table on stdout, unlogged: the table is the output
+    print(logs.one_line(done.line), file=sys.stderr)  # after the table on stdout, unlogged: the table is the output
     return done.code
 
 

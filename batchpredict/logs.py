@@ -26,17 +26,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def one_line(text: str) -> str:
+    """`text` with its line breaks written `\\n` (a path given with one, `--models 'a<newline>b'`): a fatal error is
+    one line on stderr (docs/design.md §5), and every log line one record."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, one line a record (one_line)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging.Formatter's name
+        return one_line(super().formatMessage(record))
+
+
 def configure(level: int, fmt: str = "text", stream: IO[str] | None = None) -> None:
     """Send every log record to `stream` (stderr); `final` bypasses the level so -q keeps it."""
     stream = stream or sys.stderr
     json_format = fmt == "json"
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter() if json_format else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if json_format else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
     final_handler = logging.StreamHandler(stream)
-    final_handler.setFormatter(JsonFormatter() if json_format else logging.Formatter("%(message)s"))
+    final_handler.setFormatter(JsonFormatter() if json_format else TextFormatter("%(message)s"))
     final.handlers[:] = [final_handler]
     final.setLevel(logging.INFO)
     final.propagate = False
