@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .. import extras
-from ..errors import IO_ERRORS, JobError, UsageError, first_line, writing
+from ..errors import IO_ERRORS, Interrupted, JobError, UsageError, first_line, signals_raise, writing
 from ..io import manifest
 from ..io.files import remove_leftovers, replaced, sync_folder, write_atomic
 from ..io.output import write_rows
@@ -284,8 +284,16 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
             continue
         jobs.append(TrainJob(ip=series.ip, values=series.values.tolist(), store=store.root, format=fmt, params=params,
                              epochs=epochs, holdout=holdout, seed=seed))
-    for outcome in make_executor(options or RunOptions()).run(train_ip, jobs):
-        results[outcome.ip] = outcome
+    stopped = None
+    try:
+        # A stop kills the workers (the executor's way out), then the IPs trained before it are reported and sealed
+        # as a whole run's are: SIGTERM ended train at once, without a word, and an IP it had retrained kept its
+        # old manifest entry (a checksum mismatch the next night, as if someone had changed its files).
+        with signals_raise():
+            for outcome in make_executor(options or RunOptions()).run(train_ip, jobs):
+                results[outcome.ip] = outcome
+    except Interrupted as exc:
+        stopped = exc
     ordered = [results[s.ip] for s in table if s.ip in results]
     report = os.path.join(models, "train_report.csv")
     with writing(report):
@@ -299,6 +307,9 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
     if sealed:  # with a manifest there already, the entries of IPs this run did not train stay as they were
         with writing(os.path.join(store.root, manifest.FILE)):
             manifest.write(store.root, sealed, keep=True)
+    if stopped:
+        raise Interrupted(stopped.signum, f"the {len(ordered)} IPs answered before it are in {report} and "
+                                          f"{manifest.FILE}; train the others again") from None
     return ordered
 
 

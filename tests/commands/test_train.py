@@ -238,3 +238,36 @@ def test_a_series_too_short_to_train_is_insufficient_data_not_an_error(tmp_path,
     report = pd.read_csv(tmp_path / "s" / "train_report.csv")
     assert report["status"].tolist() == ["insufficient_data"], report.to_dict("records")
     assert report["error"][0].startswith(f"{values} values are too few to train with rolling 5, window ")
+
+
+@pytest.mark.slow
+def test_a_stopped_train_reports_and_seals_the_ips_it_trained(tmp_path):
+    """SIGTERM ended train at once and without a word (exit 143, nothing on stderr), before its report and
+    manifest were written: an IP it had retrained kept its old manifest entry, and the next night's row was a
+    checksum mismatch, as if someone had changed its files."""
+    from batchpredict.io import manifest
+
+    first, *rest = [f"10.9.1.{i}" for i in range(4)]
+    history = wide_table(tmp_path / "h.csv", {ip: sine(ip, 80) for ip in [first, *rest]})
+    store = tmp_path / "store"
+    done = run_cli("train", "--data", history, "--models", store, "--epochs", "1", "--ips", first, timeout=600)
+    assert done.returncode == 0, done.stderr
+    stds = store / "std" / "std.json"
+    before = stds.read_bytes()  # the first IP's std is its last file written: then its result goes back at once
+    trainer = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "train", "--data", str(history), "--models",
+                                str(store), "--epochs", "1", "--seed", "5", "--workers", "1"],
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while stds.read_bytes() == before and trainer.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)  # the next IP's worker is training: seconds of TensorFlow
+    trainer.terminate()
+    stderr = trainer.communicate(timeout=120)[1]
+    assert trainer.returncode == 143, stderr
+    report = pd.read_csv(store / "train_report.csv")
+    assert stderr.splitlines()[-1] == (f"batchpredict: stopped by SIGTERM; the {len(report)} IPs answered before it "
+                                       f"are in {store}/train_report.csv and manifest.json; train the others again")
+    assert report["ip"].iloc[0] == first and len(report) < 4 and (report["status"] == "ok").all()
+    entries = json.loads((store / manifest.FILE).read_text())["ips"]
+    assert entries[first] == manifest.entry(str(store), f"model/{first}.h5", f"sc/{first}.save",
+                                            json.loads(stds.read_text())[first])
