@@ -25,7 +25,7 @@ import numpy as np
 from .. import extras
 from ..errors import IO_ERRORS, Interrupted, JobError, UsageError, first_line, signals_raise, writing
 from ..io import manifest
-from ..io.files import remove_leftovers, replaced, sync_folder, write_atomic
+from ..io.files import foreign, remove_leftovers, replaced, sync_folder, write_atomic
 from ..io.output import write_rows
 from ..io.store import SAVING, Store, model_names
 from ..io.table import read_table
@@ -40,6 +40,7 @@ log = logging.getLogger("batchpredict")
 
 FORMATS = ("h5", "keras", "savedmodel")
 _ROOM = 2**20  # bytes free below which a failed write is taken for a full disk
+REPORT = "train_report.csv"  # in the store, one row per IP trained
 REPORT_COLUMNS = ["ip", "status", "error", "model", "epochs", "train_loss", "holdout_loss", "std", "duration_ms",
                   "worker_peak_rss_mib"]
 
@@ -266,6 +267,7 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
 
     extras.require_tensorflow("train")
     store = _store_for(models, fmt, holdout)
+    report = os.path.join(models, REPORT)
     table = read_table(data)
     wanted = set(ips) if ips else None
     if wanted and wanted - {s.ip for s in table}:
@@ -295,7 +297,6 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
     except Interrupted as exc:
         stopped = exc
     ordered = [results[s.ip] for s in table if s.ip in results]
-    report = os.path.join(models, "train_report.csv")
     with writing(report):
         write_report(ordered, report)
     sealed = {r.ip: r.sealed for r in ordered if r.status is Status.OK and r.sealed}
@@ -323,6 +324,10 @@ def _store_for(models: str, fmt: str, holdout: float) -> Store:
         os.makedirs(models, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make the store folder --models {models}: {exc.strerror or exc}") from None
+    report = os.path.join(models, REPORT)
+    kind = foreign(report)
+    if kind:  # found after every IP had trained: a FIFO hung the run, a folder was a traceback, neither sealed
+        raise UsageError(f"{report} is {kind}, not a report: train writes that file itself; remove it")
     for folder in ("model", "sc", "std"):  # what killed trainers were writing
         remove_leftovers(os.path.join(models, folder))
     return Store(models, fresh=True)

@@ -178,9 +178,9 @@ def special(path: str) -> bool:
 
 def foreign(path: str) -> str | None:
     """What `path` is where it is there but no regular file of its own (a link, a folder, a FIFO or a device), for a
-    file a run opens in place to write it (its journal, its lock): opened through a link it would truncate the
-    link's target (any file, as root), a FIFO would block the run, a folder raise. None where it is a regular
-    file, or missing, or cannot be looked at (its opener says why)."""
+    file a run opens in place to write or update it (its journal, its lock, train's report): opened through a link
+    it would truncate or read the link's target (any file, as root), a FIFO would block the run, a folder raise.
+    None where it is a regular file, or missing, or cannot be looked at (its opener says why)."""
     try:
         mode = os.lstat(path).st_mode
     except OSError:

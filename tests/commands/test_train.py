@@ -271,3 +271,22 @@ def test_a_stopped_train_reports_and_seals_the_ips_it_trained(tmp_path):
     entries = json.loads((store / manifest.FILE).read_text())["ips"]
     assert entries[first] == manifest.entry(str(store), f"model/{first}.h5", f"sc/{first}.save",
                                             json.loads(stds.read_text())[first])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
+def test_a_report_that_is_no_file_of_its_own_is_exit_2_before_any_ip_trains(tmp_path, kind):
+    """train read and replaced train_report.csv once every IP had trained: a FIFO there hung it for good, a folder
+    was an IsADirectoryError traceback, and neither run wrote the manifest entries of what it had trained."""
+    import os
+
+    table = wide_table(tmp_path / "h.csv", {"10.9.2.1": sine("a", 60)})
+    report = tmp_path / "s" / "train_report.csv"
+    report.parent.mkdir()
+    {"fifo": lambda: os.mkfifo(report), "folder": report.mkdir,
+     "link": lambda: report.symlink_to(table)}[kind]()
+    done = run_cli("train", "--data", table, "--models", tmp_path / "s", "--epochs", "1", timeout=90)
+    described = {"fifo": "a FIFO or a device", "folder": "a folder", "link": "a link"}[kind]
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"batchpredict: {report} is {described}, not a report: train writes that file itself; "
+                           "remove it\n")
+    assert not list((tmp_path / "s").glob("model/*")) and os.path.lexists(report)
