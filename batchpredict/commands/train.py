@@ -41,6 +41,7 @@ log = logging.getLogger("batchpredict")
 FORMATS = ("h5", "keras", "savedmodel")
 _ROOM = 2**20  # bytes free below which a failed write is taken for a full disk
 REPORT = "train_report.csv"  # in the store, one row per IP trained
+STD_LOCK = os.path.join("std", "std.json.lock")  # in the store: std.json's writers, one at a time (merge_stds)
 REPORT_COLUMNS = ["ip", "status", "error", "model", "epochs", "train_loss", "holdout_loss", "std", "duration_ms",
                   "worker_peak_rss_mib"]
 
@@ -250,7 +251,7 @@ def merge_stds(store: str, entries: dict[str, float]) -> None:
     """Read-modify-write std.json under a lock, replaced atomically: no entry is ever lost."""
     path = os.path.join(store, "std", "std.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with _locked(path + ".lock"):
+    with _locked(os.path.join(store, STD_LOCK)):
         current = {}
         if os.path.exists(path):
             with open(path) as fh:
@@ -324,10 +325,14 @@ def _store_for(models: str, fmt: str, holdout: float) -> Store:
         os.makedirs(models, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make the store folder --models {models}: {exc.strerror or exc}") from None
-    report = os.path.join(models, REPORT)
-    kind = foreign(report)
-    if kind:  # found after every IP had trained: a FIFO hung the run, a folder was a traceback, neither sealed
-        raise UsageError(f"{report} is {kind}, not a report: train writes that file itself; remove it")
+    # Found once an IP had trained, each failed late: a report that was a FIFO hung train for good after the last
+    # IP, a folder was a traceback, neither sealed; a lock that was a folder failed every IP after its model and
+    # scaler were replaced (each then a load_error until trained again).
+    for own, what in ((REPORT, "a report"), (STD_LOCK, "a lock")):
+        path = os.path.join(models, own)
+        kind = foreign(path)
+        if kind:
+            raise UsageError(f"{path} is {kind}, not {what}: train writes that file itself; remove it")
     for folder in ("model", "sc", "std"):  # what killed trainers were writing
         remove_leftovers(os.path.join(models, folder))
     return Store(models, fresh=True)

@@ -274,19 +274,21 @@ def test_a_stopped_train_reports_and_seals_the_ips_it_trained(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
-def test_a_report_that_is_no_file_of_its_own_is_exit_2_before_any_ip_trains(tmp_path, kind):
+@pytest.mark.parametrize("which", ["train_report.csv", "std/std.json.lock"])
+def test_a_report_or_lock_that_is_no_file_of_its_own_is_exit_2_before_any_ip_trains(tmp_path, which, kind):
     """train read and replaced train_report.csv once every IP had trained: a FIFO there hung it for good, a folder
-    was an IsADirectoryError traceback, and neither run wrote the manifest entries of what it had trained."""
+    was an IsADirectoryError traceback, and neither run wrote the manifest entries of what it had trained. A folder
+    as std.json's lock failed every IP after its model and scaler were replaced: each a load_error until trained
+    again."""
     import os
 
     table = wide_table(tmp_path / "h.csv", {"10.9.2.1": sine("a", 60)})
-    report = tmp_path / "s" / "train_report.csv"
-    report.parent.mkdir()
-    {"fifo": lambda: os.mkfifo(report), "folder": report.mkdir,
-     "link": lambda: report.symlink_to(table)}[kind]()
+    path = tmp_path / "s" / which
+    path.parent.mkdir(parents=True)
+    {"fifo": lambda: os.mkfifo(path), "folder": path.mkdir, "link": lambda: path.symlink_to(table)}[kind]()
     done = run_cli("train", "--data", table, "--models", tmp_path / "s", "--epochs", "1", timeout=90)
     described = {"fifo": "a FIFO or a device", "folder": "a folder", "link": "a link"}[kind]
+    what = "a report" if which == "train_report.csv" else "a lock"
     assert done.returncode == 2, done.stderr
-    assert done.stderr == (f"batchpredict: {report} is {described}, not a report: train writes that file itself; "
-                           "remove it\n")
-    assert not list((tmp_path / "s").glob("model/*")) and os.path.lexists(report)
+    assert done.stderr == f"batchpredict: {path} is {described}, not {what}: train writes that file itself; remove it\n"
+    assert not list((tmp_path / "s").glob("model/*")) and os.path.lexists(path)
