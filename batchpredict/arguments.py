@@ -63,6 +63,15 @@ def sweep_of(sweep: list[float] | None, flags: str) -> list[float] | None:
     return sweep
 
 
+def given(text: str) -> str:
+    """An option's value that is not empty: an empty one (`--history "$DIR"` with DIR unset) read as not given, so
+    the run went on without history or metrics, evaluated every point for `--after ''`, and `report --out ''`
+    wrote into the current folder, each without a word."""
+    if not text:
+        raise argparse.ArgumentTypeError("takes a value, not an empty one: ''")
+    return text
+
+
 def output_path(text: str) -> str:
     """--out: a file's path (or a prefix of files), not empty and not a folder's, nor a FIFO's or a device's: the
     output replaces the file at its path, so `--out /dev/null` run as root would replace the device."""
@@ -170,7 +179,7 @@ def backend_options() -> Parser:
     parent, group = _parent("backend")
     group.add_argument("--backend", choices=tuple(BACKENDS), default=RunOptions.backend,
                        help="where the workers run (default %(default)s: on this machine)")
-    group.add_argument("--ray-address", default=None, metavar="ADDRESS",
+    group.add_argument("--ray-address", type=given, default=None, metavar="ADDRESS",
                        help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
     group.add_argument("--shard-size", type=positive_int, default=None, metavar="N",
                        help="ray backend: IPs per Ray task (default: several shards per Ray slot)")
@@ -234,7 +243,7 @@ def points_options() -> Parser:
                             "anomaly likelihood on the residuals; a new extreme, a quiet day or a value new to "
                             "its hour; likelihood: the first alone; severity: onsets of critical runs; none: off)")
     step_argument(group)
-    group.add_argument("--history", default=None, metavar="DIR",
+    group.add_argument("--history", type=given, default=None, metavar="DIR",
                        help="keep each IP's recent values and the model's predictions in DIR between nights, so "
                             "the table needs only the buckets to score and --window + --rolling before them")
     return parent
@@ -257,7 +266,7 @@ def _duration_text(text: str) -> str:
 
 def monitoring_options() -> Parser:
     parent, group = _parent("monitoring")
-    group.add_argument("--metrics-file", default=None, metavar="PATH.prom",
+    group.add_argument("--metrics-file", type=given, default=None, metavar="PATH.prom",
                        help="write Prometheus metrics of the run here (node_exporter textfile collector)")
     group.add_argument("--progress-interval", type=positive_float, default=30.0, metavar="SECONDS",
                        help="without a terminal, log progress every SECONDS (default 30)")

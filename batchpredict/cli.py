@@ -59,7 +59,7 @@ def _report(commands: Commands) -> None:
                                  parents=[opt.results_option(), opt.layout_option(), opt.series_options(),
                                           opt.log_options()])
     report.add_argument("--data", required=True, help="the stats table that run scored")
-    report.add_argument("--out", required=True, help="report folder (index.html and plots/)")
+    report.add_argument("--out", required=True, type=opt.given, help="report folder (index.html and plots/)")
     report.add_argument("--top", type=opt.positive_int, default=100, help="plot the N most anomalous IPs (default 100)")
     report.set_defaults(func=cmd_report)
 
@@ -88,12 +88,13 @@ def _evaluate(commands: Commands) -> None:
                           help="--flags alert --sweep: the method the results were made with, for its rest period "
                                f"(default {Params.alert})")
     opt.step_argument(evaluate)
-    evaluate.add_argument("--after", default=None, metavar="TABLE",
+    evaluate.add_argument("--after", type=opt.given, default=None, metavar="TABLE",
                           help="count only the points after each IP's last timestamp in TABLE (e.g. the table "
                                "train read: the points its models never saw)")
     evaluate.add_argument("--baseline", choices=BASELINES, default=None,
                           help="also score a rolling z-score detector over the same points (needs --data)")
-    evaluate.add_argument("--data", default=None, help="--baseline: the stats table the results were predicted from")
+    evaluate.add_argument("--data", type=opt.given, default=None,
+                          help="--baseline: the stats table the results were predicted from")
     evaluate.set_defaults(func=cmd_evaluate)
 
 
