@@ -119,6 +119,28 @@ def test_a_line_changed_since_it_was_written_is_run_again_not_resumed_as_it_read
     assert sorted(done) == ["a", "c"] and done["a"].duration_ms == done["c"].duration_ms == 12.5
 
 
+@pytest.mark.parametrize("forge", [
+    lambda points: points.update(severity={**points["severity"], "b64": "CQ=="}),  # severity code 9
+    lambda points: points.update(anomaly={**points["anomaly"], "shape": [0], "b64": ""}),  # no anomaly column
+    lambda points: points.update(timestamp=5),
+], ids=["severity-9", "short-column", "timestamp-not-a-list"])
+def test_a_whole_line_of_points_no_run_writes_is_run_again(tmp_path, forge):
+    """A line whose CRC matches but whose points no run writes (a severity code of 9, a column one point short) was
+    resumed, and the CSV's writing ended in an IndexError traceback: it is no result, its IP runs again."""
+    path = tmp_path / "a.csv.journal"
+    journal = Journal(str(path), "fp")
+    journal.open(resume=False)
+    point = Point(timestamp="t1", observed=3.0, predicted=1.5, std=0.25, lower=(1.0, 0.5), upper=(2.0, 2.5),
+                  anomaly=True, severity=Severity.CRITICAL)
+    journal.append(Result(ip="a", status=Status.OK, points=[point]))
+    journal.close(remove=False)
+    header, line, end = path.read_bytes().split(b"\n")
+    record = journal_record(line)
+    forge(record["points"])
+    path.write_bytes(header + b"\n" + journal_line(record))
+    assert Journal(str(path), "fp").open(resume=True) == {}
+
+
 def test_journal_of_other_inputs_is_refused(tmp_path):
     path = tmp_path / "j"
     Journal(str(path), "one").open(resume=False)
