@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from ..errors import UsageError
+from ..errors import UsageError, writing
 
 _NAMES = itertools.count()  # with the pid, a temporary file's name
 _LENGTH = 8  # bytes of a frame's header length, little-endian, after its magic line
@@ -113,10 +113,12 @@ def sync_folder(folder: str) -> None:
 
 def write_atomic(path: str, text: str | Iterable[str]) -> None:
     """Write `text` (a string, or its pieces) as the whole new contents of `path`; UsageError where `path` is a
-    FIFO or a device (special()), which the rename would replace: a report's page, evaluate's PREFIX.json."""
+    FIFO or a device (special()), which the rename would replace: a report's page, evaluate's PREFIX.json. A disk
+    that takes no more is OutputError (exit 74) naming `path`: `evaluate --out` and `store seal` on a full disk
+    were an OSError traceback."""
     if special(path):
         raise UsageError(f"{path} is a FIFO or a device, not a file to write over")
-    with replaced(path) as tmp:
+    with writing(path), replaced(path) as tmp:
         write_text(tmp, text)
 
 
