@@ -12,7 +12,7 @@ from . import arguments as opt
 from . import logs
 from .commands.evaluation import BASELINES, FLAGS
 from .commands.verdict import Verdict
-from .errors import BatchPredictError
+from .errors import BatchPredictError, one_line
 from .job import Params
 
 DESCRIPTION = ("Nightly per-IP LSTM anomaly scoring, one isolated worker process per job. Exit codes: 0 every IP "
@@ -179,7 +179,7 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     rows = check_store(args.models, opt.run_options_of(args), verify=args.verify, window=args.window)
     print(aligned(COLUMNS, report_rows(rows, args.window)))
     done = verdict(rows, args.models, verify=args.verify, tolerance=args.tolerance)
-    print(logs.one_line(done.line), file=sys.stderr)  # after the table on stdout, unlogged: the table is the output
+    print(one_line(done.line), file=sys.stderr)  # after the table on stdout, unlogged: the table is the output
     return done.code
 
 

@@ -14,6 +14,12 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
+def one_line(text: str) -> str:
+    """`text` with its line breaks written `\\n`: a path given with one (`--models 'a<newline>b'`), or a store's file
+    name holding one, stays on its line of a log or a table."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class BatchPredictError(Exception):
     """Base of every error batchpredict raises on purpose."""
 

@@ -7,6 +7,8 @@ import sys
 from datetime import UTC, datetime
 from typing import IO
 
+from .errors import one_line
+
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
@@ -26,14 +28,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def one_line(text: str) -> str:
-    """`text` with its line breaks written `\\n` (a path given with one, `--models 'a<newline>b'`): a fatal error is
-    one line on stderr (docs/design.md §5), and every log line one record."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
-
-
 class TextFormatter(logging.Formatter):
-    """The text format, one line a record (one_line)."""
+    """The text format, one line a record (errors.one_line): a fatal error is one line on stderr (docs/design.md
+    §5), and every log line one record."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging.Formatter's name
         return one_line(super().formatMessage(record))
