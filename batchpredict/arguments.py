@@ -49,9 +49,11 @@ def parse_sweep(text: str) -> list[float]:
         start, stop, step = (float(part) for part in text.split(":"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--sweep takes START:STOP:STEP like {DEFAULT_SWEEP}, not {text!r}") from None
-    count = math.floor((stop - start) / step + 1e-9) + 1 if step > 0 and stop >= start >= 0 else 0
+    # Finite first: an infinite STOP (0:inf:1, or 0:1e308:1e-308 past a float) was an OverflowError traceback.
+    usable = step > 0 and stop >= start >= 0 and math.isfinite((stop - start) / step)
+    count = math.floor((stop - start) / step + 1e-9) + 1 if usable else 0
     if not 0 < count <= 1000:
-        raise argparse.ArgumentTypeError(f"--sweep {text}: need 0 <= START <= STOP and STEP > 0, "
+        raise argparse.ArgumentTypeError(f"--sweep {text}: need finite numbers, 0 <= START <= STOP and STEP > 0, "
                                          f"at most 1000 thresholds")
     return [round(start + i * step, 9) for i in range(count)]
 

@@ -239,6 +239,15 @@ def test_an_empty_value_exits_2_naming_its_flag(bundled_run, tmp_path, command, 
     assert f"argument {flag}: takes a value, not an empty one: ''" in line and "--help" in line
 
 
+@pytest.mark.parametrize("sweep", ["0:inf:1", "0:1e308:1e-308", "inf:inf:1", "nan:1:0.1", "1:0:1"])
+def test_a_sweep_of_no_finite_thresholds_exits_2_with_one_line(sweep):
+    """--sweep 0:inf:1 was an OverflowError traceback (floor of an infinite count), not argparse's exit 2."""
+    done = run_cli("evaluate", "--sweep", sweep)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.splitlines()
+    assert f"argument --sweep: --sweep {sweep}: need finite numbers, 0 <= START <= STOP and STEP > 0" in line
+
+
 def test_a_holdout_outside_0_1_exits_2_naming_it(tmp_path):
     """train_table checks it for the Python API too; the command line leaves it to that one check."""
     done = run_cli("train", "--data", tmp_path / "h.csv", "--models", tmp_path / "store", "--holdout", "1.5")
