@@ -49,9 +49,11 @@ def parse_sweep(text: str) -> list[float]:
         start, stop, step = (float(part) for part in text.split(":"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--sweep takes START:STOP:STEP like {DEFAULT_SWEEP}, not {text!r}") from None
-    count = math.floor((stop - start) / step + 1e-9) + 1 if step > 0 and stop >= start >= 0 else 0
+    # Finite first: an infinite STOP (0:inf:1, or 0:1e308:1e-308 past a float) was an OverflowError traceback.
+    usable = step > 0 and stop >= start >= 0 and math.isfinite((stop - start) / step)
+    count = math.floor((stop - start) / step + 1e-9) + 1 if usable else 0
     if not 0 < count <= 1000:
-        raise argparse.ArgumentTypeError(f"--sweep {text}: need 0 <= START <= STOP and STEP > 0, "
+        raise argparse.ArgumentTypeError(f"--sweep {text}: need finite numbers, 0 <= START <= STOP and STEP > 0, "
                                          f"at most 1000 thresholds")
     return [round(start + i * step, 9) for i in range(count)]
 
@@ -61,6 +63,15 @@ def sweep_of(sweep: list[float] | None, flags: str) -> list[float] | None:
     if sweep == []:
         return parse_sweep(DEFAULT_ALERT_SWEEP if flags == "alert" else DEFAULT_SWEEP)
     return sweep
+
+
+def given(text: str) -> str:
+    """An option's value that is not empty: an empty one (`--history "$DIR"` with DIR unset) read as not given, so
+    the run went on without history or metrics, evaluated every point for `--after ''`, and `report --out ''`
+    wrote into the current folder, each without a word."""
+    if not text:
+        raise argparse.ArgumentTypeError("takes a value, not an empty one: ''")
+    return text
 
 
 def output_path(text: str) -> str:
@@ -170,7 +181,7 @@ def backend_options() -> Parser:
     parent, group = _parent("backend")
     group.add_argument("--backend", choices=tuple(BACKENDS), default=RunOptions.backend,
                        help="where the workers run (default %(default)s: on this machine)")
-    group.add_argument("--ray-address", default=None, metavar="ADDRESS",
+    group.add_argument("--ray-address", type=given, default=None, metavar="ADDRESS",
                        help="ray backend: cluster to join, e.g. auto or ray://head:10001 (default: start a local Ray)")
     group.add_argument("--shard-size", type=positive_int, default=None, metavar="N",
                        help="ray backend: IPs per Ray task (default: several shards per Ray slot)")
@@ -234,7 +245,7 @@ def points_options() -> Parser:
                             "anomaly likelihood on the residuals; a new extreme, a quiet day or a value new to "
                             "its hour; likelihood: the first alone; severity: onsets of critical runs; none: off)")
     step_argument(group)
-    group.add_argument("--history", default=None, metavar="DIR",
+    group.add_argument("--history", type=given, default=None, metavar="DIR",
                        help="keep each IP's recent values and the model's predictions in DIR between nights, so "
                             "the table needs only the buckets to score and --window + --rolling before them")
     return parent
@@ -257,7 +268,7 @@ def _duration_text(text: str) -> str:
 
 def monitoring_options() -> Parser:
     parent, group = _parent("monitoring")
-    group.add_argument("--metrics-file", default=None, metavar="PATH.prom",
+    group.add_argument("--metrics-file", type=given, default=None, metavar="PATH.prom",
                        help="write Prometheus metrics of the run here (node_exporter textfile collector)")
     group.add_argument("--progress-interval", type=positive_float, default=30.0, metavar="SECONDS",
                        help="without a terminal, log progress every SECONDS (default 30)")

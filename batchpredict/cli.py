@@ -12,7 +12,7 @@ from . import arguments as opt
 from . import logs
 from .commands.evaluation import BASELINES, FLAGS
 from .commands.verdict import Verdict
-from .errors import BatchPredictError
+from .errors import BatchPredictError, one_line
 from .job import Params
 
 DESCRIPTION = ("Nightly per-IP LSTM anomaly scoring, one isolated worker process per job. Exit codes: 0 every IP "
@@ -59,7 +59,7 @@ def _report(commands: Commands) -> None:
                                  parents=[opt.results_option(), opt.layout_option(), opt.series_options(),
                                           opt.log_options()])
     report.add_argument("--data", required=True, help="the stats table that run scored")
-    report.add_argument("--out", required=True, help="report folder (index.html and plots/)")
+    report.add_argument("--out", required=True, type=opt.given, help="report folder (index.html and plots/)")
     report.add_argument("--top", type=opt.positive_int, default=100, help="plot the N most anomalous IPs (default 100)")
     report.set_defaults(func=cmd_report)
 
@@ -88,12 +88,13 @@ def _evaluate(commands: Commands) -> None:
                           help="--flags alert --sweep: the method the results were made with, for its rest period "
                                f"(default {Params.alert})")
     opt.step_argument(evaluate)
-    evaluate.add_argument("--after", default=None, metavar="TABLE",
+    evaluate.add_argument("--after", type=opt.given, default=None, metavar="TABLE",
                           help="count only the points after each IP's last timestamp in TABLE (e.g. the table "
                                "train read: the points its models never saw)")
     evaluate.add_argument("--baseline", choices=BASELINES, default=None,
                           help="also score a rolling z-score detector over the same points (needs --data)")
-    evaluate.add_argument("--data", default=None, help="--baseline: the stats table the results were predicted from")
+    evaluate.add_argument("--data", type=opt.given, default=None,
+                          help="--baseline: the stats table the results were predicted from")
     evaluate.set_defaults(func=cmd_evaluate)
 
 
@@ -178,7 +179,7 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     rows = check_store(args.models, opt.run_options_of(args), verify=args.verify, window=args.window)
     print(aligned(COLUMNS, report_rows(rows, args.window)))
     done = verdict(rows, args.models, verify=args.verify, tolerance=args.tolerance)
-    print(done.line, file=sys.stderr)  # after the table on stdout, unlogged: the table is the output
+    print(one_line(done.line), file=sys.stderr)  # after the table on stdout, unlogged: the table is the output
     return done.code
 
 

@@ -3,13 +3,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
-from collections.abc import Iterator
+import signal
+import threading
+from collections.abc import Callable, Iterator
 
 
 def first_line(exc: BaseException) -> str:
     """An exception as its type and the first line of its message: a row's one-line error."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks written `\\n`: a path given with one (`--models 'a<newline>b'`), or a store's file
+    name holding one, stays on its line of a log or a table."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class BatchPredictError(Exception):
@@ -57,14 +65,35 @@ def writing(path: str) -> Iterator[None]:
 
 
 class Interrupted(BatchPredictError):
-    """Stopped by a signal; the journal is kept for `--resume`."""
+    """Stopped by a signal; `then` says what was kept (predict's journal, for `--resume`)."""
 
-    def __init__(self, signum: int) -> None:
-        import signal
-
-        super().__init__(f"stopped by {signal.Signals(signum).name}; journal kept, rerun with --resume")
+    def __init__(self, signum: int, then: str = "journal kept, rerun with --resume") -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}; {then}")
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+@contextlib.contextmanager
+def on_stop(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT go to `handler` within the block, the handlers before it restored after; only on the
+    main thread, where Python runs signal handlers (a run started on another leaves them to its caller)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def signals_raise() -> contextlib.AbstractContextManager[None]:
+    """SIGTERM/SIGINT become Interrupted, so the executor kills its workers on the way out."""
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    return on_stop(handler)
 
 
 class JobError(BatchPredictError):

@@ -7,6 +7,8 @@ import sys
 from datetime import UTC, datetime
 from typing import IO
 
+from .errors import one_line
+
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
@@ -26,17 +28,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """The text format, one line a record (errors.one_line): a fatal error is one line on stderr (docs/design.md
+    §5), and every log line one record."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging.Formatter's name
+        return one_line(super().formatMessage(record))
+
+
 def configure(level: int, fmt: str = "text", stream: IO[str] | None = None) -> None:
     """Send every log record to `stream` (stderr); `final` bypasses the level so -q keeps it."""
     stream = stream or sys.stderr
     json_format = fmt == "json"
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter() if json_format else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if json_format else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
     final_handler = logging.StreamHandler(stream)
-    final_handler.setFormatter(JsonFormatter() if json_format else logging.Formatter("%(message)s"))
+    final_handler.setFormatter(JsonFormatter() if json_format else TextFormatter("%(message)s"))
     final.handlers[:] = [final_handler]
     final.setLevel(logging.INFO)
     final.propagate = False

@@ -166,7 +166,23 @@ class Points:
         written before the columns)."""
         if isinstance(d, list):
             return cls.of([Point.from_dict(p) for p in d])
-        return cls(**{name: _decoded(value) for name, value in d.items()})
+        points = cls(**{name: _decoded(value) for name, value in d.items()})
+        points._check()
+        return points
+
+    def _check(self) -> None:
+        """ValueError unless every column holds one entry per point and each code names a severity and a rule. A
+        journal line comes back through here: one this version did not write (its CRC made to match) with a
+        severity code of 9 was an IndexError traceback once the CSV was written, not its IP run again."""
+        n = len(self.observed)
+        columns = [self.timestamp, self.predicted, self.std, self.anomaly, self.severity, self.rolled,
+                   *(column for column in (self.alert, self.score, self.judged, self.rule) if column is not None)]
+        bands = (2, n) if n else (0, 0)  # a row per sigma: --sigmas are two
+        if any(column.shape != (n,) for column in columns) or self.lower.shape != bands or self.upper.shape != bands:
+            raise ValueError("points whose columns are of different lengths")
+        if self.severity.max(initial=0) >= len(SEVERITIES) or (self.rule is not None
+                                                               and self.rule.max(initial=0) >= len(RULES)):
+            raise ValueError("a severity or rule code that names none")
 
 
 class _NoPoints(Points):

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -203,6 +204,48 @@ def test_an_out_of_range_number_exits_2_with_one_line_naming_its_flag(args):
     [line] = done.stderr.splitlines()
     flag, value = args[-2:]
     assert f"argument {flag}: expected " in line and f"not {value!r}" in line and "--help" in line
+
+
+@pytest.fixture(scope="module")
+def bundled_run(tmp_path_factory):
+    """The bundled example scored at its last 30 points: results with dates, for evaluate."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("bundled") / "anomalies.csv"
+    done = run_cli("predict", "--data", root / "examples" / "stats.csv", "--models", root / "models", "--out", out,
+                   "--points", "30", "-q")
+    assert done.returncode == 0, done.stderr
+    return SimpleNamespace(table=root / "examples" / "stats.csv", models=root / "models", out=out)
+
+
+@pytest.mark.parametrize("command, flag", [
+    ("predict", "--history"), ("predict", "--metrics-file"), ("predict", "--ray-address"), ("report", "--out"),
+    ("evaluate", "--after"),
+])
+def test_an_empty_value_exits_2_naming_its_flag(bundled_run, tmp_path, command, flag):
+    """--history "$DIR" with DIR unset ran without history, --metrics-file '' without metrics, --ray-address '' on a
+    Ray of its own, evaluate --after '' judged every point, and report --out '' wrote into the current folder: each
+    read the empty value as an option not given, without a word."""
+    labels = tmp_path / "labels.csv"
+    labels.write_text("ip,start,end\n10.0.0.10,2026-10-30T05:00,2026-10-30T08:00\n")
+    rest = {"predict": ["--data", bundled_run.table, "--models", bundled_run.models, "--out", tmp_path / "o.csv",
+                        "--points", "3", *(["--backend", "ray"] if flag == "--ray-address" else [])],
+            "report": ["--results", bundled_run.out, "--data", bundled_run.table],
+            "evaluate": ["--results", bundled_run.out, "--labels", labels]}[command]
+    done = subprocess.run([sys.executable, "-m", "batchpredict.cli", command, *map(str, rest), flag, ""],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.csv"]  # nothing written, here or beside --out
+    [line] = done.stderr.splitlines()
+    assert f"argument {flag}: takes a value, not an empty one: ''" in line and "--help" in line
+
+
+@pytest.mark.parametrize("sweep", ["0:inf:1", "0:1e308:1e-308", "inf:inf:1", "nan:1:0.1", "1:0:1"])
+def test_a_sweep_of_no_finite_thresholds_exits_2_with_one_line(sweep):
+    """--sweep 0:inf:1 was an OverflowError traceback (floor of an infinite count), not argparse's exit 2."""
+    done = run_cli("evaluate", "--sweep", sweep)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.splitlines()
+    assert f"argument --sweep: --sweep {sweep}: need finite numbers, 0 <= START <= STOP and STEP > 0" in line
 
 
 def test_a_holdout_outside_0_1_exits_2_naming_it(tmp_path):

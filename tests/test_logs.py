@@ -63,3 +63,16 @@ def test_configuring_again_replaces_the_handlers(stream):
     logging.getLogger("batchpredict").info("once")
     (line,) = stream.getvalue().splitlines()
     assert json.loads(line)["message"] == "once"
+
+
+@pytest.mark.parametrize("command", [["store", "seal", "--models"], ["store", "check", "--models"],
+                                     ["predict", "--data", "missing.csv", "--out", "{folder}/o.csv", "--models"]])
+def test_a_path_with_a_line_break_is_one_line_on_stderr(tmp_path, command):
+    """`--models 'a<newline>b'`: the fatal error was two lines, 'batchpredict: model store not found: .../a' and
+    'b'; a log line is one record and an exit 2 one line (docs/design.md §5)."""
+    from conftest import run_cli
+
+    store = tmp_path / "new\nline\r"
+    done = run_cli(*[part.format(folder=tmp_path) for part in command], store)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"batchpredict: model store not found: {tmp_path}/new\\nline\\r\n"

@@ -11,9 +11,7 @@ import dataclasses
 import logging
 import os
 import resource
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from importlib import metadata
@@ -23,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .. import extras
-from ..errors import Interrupted, JobError, OutputError, UsageError, writing
+from ..errors import Interrupted, JobError, OutputError, UsageError, on_stop, signals_raise, writing
 from ..io import output
 from ..io.files import remove_leftovers, replaced_together
 from ..io.journal import Journal, Lock, check_writable, fingerprint
@@ -45,6 +43,11 @@ EVENTS, SUMMARY = ".events.csv", ".summary.json"
 OUTPUT_SUFFIXES = ("", EVENTS, SUMMARY)  # the files of a run's output: `--out` and these beside it
 
 
+# --rolling and --window at most: no series is this long (16 GiB of floats an IP), and past int64 the worker's
+# arithmetic on positions overflowed ("OverflowError: Python int too large to convert to C long") for every IP.
+MAX_COUNT = 2**31 - 1
+
+
 class Parsed(NamedTuple):
     """--std, --alert and --step as check_params parses them, once for every job of the run."""
 
@@ -59,6 +62,9 @@ def check_params(params: Params) -> Parsed:
     if params.rolling < 1 or params.window < 1 or params.points < 1:
         raise UsageError(f"--rolling, --window and --points must be at least 1 (got {params.rolling}, "
                          f"{params.window}, {params.points})")
+    if max(params.rolling, params.window) > MAX_COUNT:
+        raise UsageError(f"--rolling and --window must be at most {MAX_COUNT:,} (got {params.rolling:,}, "
+                         f"{params.window:,})")
     if params.since is not None and params.points != 1:
         raise UsageError("--points and --since exclude each other: --since scores every point after its label")
     try:
@@ -224,7 +230,7 @@ class Plan:
             return self.step or REFERENCE
         labels, step = self._steps
         if series.labels is not labels:
-            found = step_of(series.labels)
+            found = step_of(series.labels, series.times)
             if found is None and not self.untimed:
                 log.warning("%s: labels are not times (%r ...): the alert spans count %s steps; --step sets the "
                             "step (said once)", series.ip, series.labels[0] if series.labels else "",
@@ -309,7 +315,7 @@ def _steps(data: str, models: str, out: str | None, params: Params, *, options: 
            started: float, cpu: float, parsed: Parsed) -> dict:
     """_run's steps, in order (docs/design.md §5)."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_signals_raise())
+        stack.enter_context(signals_raise())
         if out:  # before anything is read: a second run on the same output exits 75 at once
             _check_apart(out, data, options.history)
             stack.enter_context(Lock(out + ".lock"))
@@ -425,34 +431,11 @@ def peak_rss_mib() -> float:
 
 
 @contextlib.contextmanager
-def _on_stop(handler: Callable[[int, object], None]) -> Iterator[None]:
-    """SIGTERM and SIGINT go to `handler` within the block, the handlers before it restored after; only on the
-    main thread, where Python runs signal handlers (a run started on another leaves them to its caller)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _signals_raise() -> contextlib.AbstractContextManager[None]:
-    """SIGTERM/SIGINT become Interrupted, so the executor kills its workers on the way out."""
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
-
-    return _on_stop(handler)
-
-
-@contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """SIGTERM/SIGINT wait for the block to end, then stop the run as _signals_raise's do: the output files
+    """SIGTERM/SIGINT wait for the block to end, then stop the run as signals_raise's do: the output files
     replace their old selves as a set, never one of them killed half-way through the set."""
     arrived: list[int] = []
-    with _on_stop(lambda signum, frame: arrived.append(signum)):
+    with on_stop(lambda signum, frame: arrived.append(signum)):
         yield
     if arrived:
         raise Interrupted(arrived[0])

@@ -20,10 +20,10 @@ import pandas as pd
 
 from ..errors import JobError, UsageError, writing
 from ..io.files import replaced, write_atomic
-from ..io.output import events
+from ..io.output import columns, events
 from ..io.readers import read_text_records
 from ..io.table import read_table
-from ..job import Params
+from ..job import Params, check_sigmas
 from ..result import Severity, Status
 from ..scoring.features import rolling_series
 from .verdict import Verdict
@@ -60,13 +60,22 @@ def read_results(path: str) -> tuple[pd.DataFrame, tuple[float, float]]:
     if bad:  # a file batchpredict wrote has none: it was edited or cut, and its columns cannot be trusted
         raise UsageError(f"results {path}: {bad[0].problem(len(frame.columns))}"
                          + (f" (and {len(bad) - 1} more such lines)" if len(bad) > 1 else ""))
-    sigmas = tuple(float(m.group(1)) for c in frame.columns if (m := re.fullmatch(r"lower_(.+)std", c)))
-    missing = {"ip", "timestamp", "observed", "predicted", "std", "status", "severity", "duration_ms"} - set(frame)
-    if missing or len(sigmas) != 2:
-        raise UsageError(f"{path} is not a batchpredict results CSV (missing {', '.join(sorted(missing)) or 'bands'})")
+    names = [m.group(1) for c in frame.columns if (m := re.fullmatch(r"lower_(.+)std", c))]
+    if len(names) != 2:
+        raise UsageError(f"{path} is not a batchpredict results CSV (missing bands)")
+    try:  # predict names the bands after its checked --sigmas: anything else (`lower_nanstd`) was edited in
+        sigmas = (float(names[0]), float(names[1]))
+        check_sigmas(sigmas)
+    except (ValueError, UsageError):  # a ValueError traceback, or NaN sigmas that judged no point without a word
+        raise UsageError(f"{path} is not a batchpredict results CSV: its band columns lower_{names[0]}std and "
+                         f"lower_{names[1]}std name no warning and critical sigmas") from None
+    # Every column predict writes: the report reads most of them (a KeyError or AttributeError traceback without).
+    missing = [c for c in columns(sigmas) if c not in frame]
+    if missing:
+        raise UsageError(f"{path} is not a batchpredict results CSV (missing {', '.join(missing)})")
     numeric = [c for c in frame.columns if c not in TEXT_COLUMNS]
     frame[numeric] = frame[numeric].apply(lambda col: pd.to_numeric(col, errors="coerce"))
-    return frame, (sigmas[0], sigmas[1])
+    return frame, sigmas
 
 
 def build_report(results: str, data: str, out_dir: str, top: int = 100, *, params: Params = Params(),

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from .. import extras
-from ..errors import IO_ERRORS, JobError, UsageError, first_line, writing
+from ..errors import IO_ERRORS, Interrupted, JobError, UsageError, first_line, signals_raise, writing
 from ..io import manifest
-from ..io.files import remove_leftovers, replaced, sync_folder, write_atomic
+from ..io.files import foreign, remove_leftovers, replaced, sync_folder, write_atomic
 from ..io.output import write_rows
 from ..io.store import SAVING, Store, model_names
 from ..io.table import read_table
@@ -40,6 +40,8 @@ log = logging.getLogger("batchpredict")
 
 FORMATS = ("h5", "keras", "savedmodel")
 _ROOM = 2**20  # bytes free below which a failed write is taken for a full disk
+REPORT = "train_report.csv"  # in the store, one row per IP trained
+STD_LOCK = os.path.join("std", "std.json.lock")  # in the store: std.json's writers, one at a time (merge_stds)
 REPORT_COLUMNS = ["ip", "status", "error", "model", "epochs", "train_loss", "holdout_loss", "std", "duration_ms",
                   "worker_peak_rss_mib"]
 
@@ -112,13 +114,16 @@ def _train(job: TrainJob) -> TrainResult:
 
     window = job.params.window
     smoothed = rolling_series(np.asarray(job.values, dtype=float), job.params.rolling)
+    # Counted before any array is made: a series shorter than --rolling smooths to nothing (the scaler's fit
+    # raised), and a --window past the series made an empty array of that many timesteps (numpy raised).
+    count = max(len(smoothed) - window, 0)
+    held = int(round(count * job.holdout))
+    if held < 2 or count - held < 2:
+        raise JobError(Status.INSUFFICIENT_DATA, f"{len(job.values)} values are too few to train with rolling "
+                                                 f"{job.params.rolling}, window {window} and holdout {job.holdout}")
     scaler = MinMaxScaler().fit(smoothed.reshape(-1, 1))
     scaled = scaler.transform(smoothed.reshape(-1, 1)).ravel()
-    x, y = windows(scaled, window) if len(smoothed) > window else (np.zeros((0, window, 1)), np.zeros(0))
-    held = int(round(len(x) * job.holdout))
-    if held < 2 or len(x) - held < 2:
-        raise JobError(Status.INSUFFICIENT_DATA, f"{len(job.values)} values are too few to train with window "
-                                                 f"{window} and holdout {job.holdout}")
+    x, y = windows(scaled, window)
     fit_x, fit_y, hold_x, hold_y = x[:-held], y[:-held], x[-held:], y[-held:]
 
     model = architecture(window)
@@ -246,7 +251,7 @@ def merge_stds(store: str, entries: dict[str, float]) -> None:
     """Read-modify-write std.json under a lock, replaced atomically: no entry is ever lost."""
     path = os.path.join(store, "std", "std.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with _locked(path + ".lock"):
+    with _locked(os.path.join(store, STD_LOCK)):
         current = {}
         if os.path.exists(path):
             with open(path) as fh:
@@ -263,6 +268,7 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
 
     extras.require_tensorflow("train")
     store = _store_for(models, fmt, holdout)
+    report = os.path.join(models, REPORT)
     table = read_table(data)
     wanted = set(ips) if ips else None
     if wanted and wanted - {s.ip for s in table}:
@@ -281,10 +287,17 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
             continue
         jobs.append(TrainJob(ip=series.ip, values=series.values.tolist(), store=store.root, format=fmt, params=params,
                              epochs=epochs, holdout=holdout, seed=seed))
-    for outcome in make_executor(options or RunOptions()).run(train_ip, jobs):
-        results[outcome.ip] = outcome
+    stopped = None
+    try:
+        # A stop kills the workers (the executor's way out), then the IPs trained before it are reported and sealed
+        # as a whole run's are: SIGTERM ended train at once, without a word, and an IP it had retrained kept its
+        # old manifest entry (a checksum mismatch the next night, as if someone had changed its files).
+        with signals_raise():
+            for outcome in make_executor(options or RunOptions()).run(train_ip, jobs):
+                results[outcome.ip] = outcome
+    except Interrupted as exc:
+        stopped = exc
     ordered = [results[s.ip] for s in table if s.ip in results]
-    report = os.path.join(models, "train_report.csv")
     with writing(report):
         write_report(ordered, report)
     sealed = {r.ip: r.sealed for r in ordered if r.status is Status.OK and r.sealed}
@@ -296,6 +309,9 @@ def train_table(data: str, models: str, fmt: str = "h5", params: Params = Params
     if sealed:  # with a manifest there already, the entries of IPs this run did not train stay as they were
         with writing(os.path.join(store.root, manifest.FILE)):
             manifest.write(store.root, sealed, keep=True)
+    if stopped:
+        raise Interrupted(stopped.signum, f"the {len(ordered)} IPs answered before it are in {report} and "
+                                          f"{manifest.FILE}; train the others again") from None
     return ordered
 
 
@@ -309,6 +325,14 @@ def _store_for(models: str, fmt: str, holdout: float) -> Store:
         os.makedirs(models, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make the store folder --models {models}: {exc.strerror or exc}") from None
+    # Found once an IP had trained, each failed late: a report that was a FIFO hung train for good after the last
+    # IP, a folder was a traceback, neither sealed; a lock that was a folder failed every IP after its model and
+    # scaler were replaced (each then a load_error until trained again).
+    for own, what in ((REPORT, "a report"), (STD_LOCK, "a lock")):
+        path = os.path.join(models, own)
+        kind = foreign(path)
+        if kind:
+            raise UsageError(f"{path} is {kind}, not {what}: train writes that file itself; remove it")
     for folder in ("model", "sc", "std"):  # what killed trainers were writing
         remove_leftovers(os.path.join(models, folder))
     return Store(models, fresh=True)

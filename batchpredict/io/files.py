@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from ..errors import UsageError
+from ..errors import UsageError, writing
 
 _NAMES = itertools.count()  # with the pid, a temporary file's name
 _LENGTH = 8  # bytes of a frame's header length, little-endian, after its magic line
@@ -113,10 +113,12 @@ def sync_folder(folder: str) -> None:
 
 def write_atomic(path: str, text: str | Iterable[str]) -> None:
     """Write `text` (a string, or its pieces) as the whole new contents of `path`; UsageError where `path` is a
-    FIFO or a device (special()), which the rename would replace: a report's page, evaluate's PREFIX.json."""
+    FIFO or a device (special()), which the rename would replace: a report's page, evaluate's PREFIX.json. A disk
+    that takes no more is OutputError (exit 74) naming `path`: `evaluate --out` and `store seal` on a full disk
+    were an OSError traceback."""
     if special(path):
         raise UsageError(f"{path} is a FIFO or a device, not a file to write over")
-    with replaced(path) as tmp:
+    with writing(path), replaced(path) as tmp:
         write_text(tmp, text)
 
 
@@ -174,6 +176,20 @@ def special(path: str) -> bool:
     except OSError:
         return False
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def foreign(path: str) -> str | None:
+    """What `path` is where it is there but no regular file of its own (a link, a folder, a FIFO or a device), for a
+    file a run opens in place to write or update it (its journal, its lock, train's report): opened through a link
+    it would truncate or read the link's target (any file, as root), a FIFO would block the run, a folder raise.
+    None where it is a regular file, or missing, or cannot be looked at (its opener says why)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return "a link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "a FIFO or a device"
 
 
 def outside(root: str, path: str) -> bool:

@@ -14,6 +14,7 @@ import orjson
 
 from ..errors import LockHeld, UsageError, writing
 from ..result import Result
+from .files import foreign
 
 
 def fingerprint(table: str, store: str, settings: dict) -> str:
@@ -40,6 +41,7 @@ class Journal:
 
     def open(self, resume: bool) -> dict[str, Result]:
         """Start the journal; with `resume`, return the results it already holds."""
+        _own(self.path, "the run's journal")
         with writing(self.path):
             done = self._read() if resume and os.path.exists(self.path) else {}
             self._fh = open(self.path, "ab" if done else "wb")  # noqa: SIM115 - open for the run; close() closes it
@@ -122,6 +124,7 @@ class Lock:
         self._fd: int | None = None
 
     def __enter__(self) -> Lock:
+        _own(self.path, "a lock")
         try:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -142,6 +145,14 @@ class Lock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _own(path: str, what: str) -> None:
+    """UsageError where `path`, which the run opens in place and writes, is no regular file of its own
+    (files.foreign)."""
+    kind = foreign(path)
+    if kind:
+        raise UsageError(f"{path} is {kind}, not {what}: the run writes that file itself; remove it")
 
 
 def check_writable(out: str) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from ..errors import one_line
 from ..result import SEVERITIES, Points, Result, Status
 from .events import collapse, distance, event_columns, event_names
 from .files import write_atomic, write_text
@@ -142,8 +143,9 @@ def result_events(result: Result, alert: bool = False) -> list[list[Any]]:
 
 
 def aligned(header: list[str], rows: list[list[str]]) -> str:
-    """A table as aligned text columns for a terminal; an empty cell shows as '-'."""
-    cells = [header] + [[c or "-" for c in row] for row in rows]
+    """A table as aligned text columns for a terminal; an empty cell shows as '-', a line break in one as `\\n` (an
+    id from a file name in model/ holding one broke its row in two)."""
+    cells = [header] + [[one_line(c or "-") for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header) - 1)]
     return "\n".join("  ".join([c.ljust(w) for c, w in zip(row, widths, strict=False)] + [row[-1]]) for row in cells)
 

@@ -34,6 +34,9 @@ class Series:
     problem: str = ""  # why this IP cannot be scored as given (duplicates, ...)
     position: int = 0  # its place among the table's distinct IPs
     keys: np.ndarray | None = None  # long tables: each label's rank in the table's time order
+    # Long tables of dates: each label's time as the table read it (ms since the epoch, UTC; mixed formats and time
+    # zones allowed), for the alert spans' step (method.step_of); None where the labels are not dates.
+    times: np.ndarray | None = None
     # Cells that hold neither a number nor a missing mark (each counts as missing): how many, where the first
     # is (`line 14 (t013)`) and its text; None when there is none.
     unreadable: tuple[int, str, str] | None = None
@@ -327,7 +330,7 @@ class LongPoints:
         used = np.zeros(len(labels), dtype=bool)
         used[stamp_codes[keep]] = True
         rows_of = np.bincount(stamp_codes[keep], minlength=len(labels))
-        self._ranks, odd_stamps, kind = _order_ranks(np.where(used, labels, np.nan), rows_of)
+        self._ranks, odd_stamps, kind, times = _order_ranks(np.where(used, labels, np.nan), rows_of)
         self._unused = set(np.flatnonzero(~used | odd_stamps).tolist())
         odd_stamp_rows = np.flatnonzero(keep & odd_stamps[stamp_codes])
         keep[odd_stamp_rows] = False  # a point that cannot be placed in time is left out, and named
@@ -356,7 +359,8 @@ class LongPoints:
                 problem = f"duplicate timestamp {point_labels[dup[0] + 1]!r} for this IP"
             series_values = text_numbers(exact[g]) if g in exact else values[rows]
             chunk.append(Series(ip=names[g], labels=point_labels, values=series_values, problem=problem, position=g,
-                                keys=rank[rows], unreadable=odd.get(g)))
+                                keys=rank[rows], unreadable=odd.get(g),
+                                times=None if times is None else times[stamp_codes[rows]]))
             if len(chunk) == CHUNK_IPS:
                 yield chunk
                 chunk = []
@@ -407,11 +411,14 @@ def _recode(index: dict, codes: np.ndarray, uniques: list) -> np.ndarray:
     return mapping[codes]
 
 
-def _order_ranks(stamps: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+def _order_ranks(stamps: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, str, np.ndarray | None]:
     """Each distinct timestamp's rank in time order (docs/design.md §2), missing ones last; which ones do not
-    parse (NaN: no row has it); and the kind they are read as. `rows`: how many rows hold each."""
+    parse (NaN: no row has it); the kind they are read as; and, for dates, each one's time in ms (Series.times).
+    `rows`: how many rows hold each."""
     keys, odd, kind = _order_key(pd.Series(stamps, dtype=object), rows)
-    return keys.rank(method="dense", na_option="bottom").to_numpy(dtype=np.int64), odd, kind
+    times = (keys.dt.tz_convert(None).to_numpy(dtype="datetime64[ms]").astype(np.int64) if kind == "dates"
+             else None)
+    return keys.rank(method="dense", na_option="bottom").to_numpy(dtype=np.int64), odd, kind, times
 
 
 def _numbers(stamps: pd.Series) -> pd.Series | None:

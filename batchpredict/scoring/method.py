@@ -200,18 +200,22 @@ def _value(name: str, key: str, value: str) -> float:
     return number
 
 
-def step_of(labels: list[str]) -> float | None:
+def step_of(labels: list[str], times: np.ndarray | None = None) -> float | None:
     """The median spacing in seconds of labels that are all dates or times (ISO 8601, as a table writes
-    them), in time order; None for labels that are not (numbers, names), or fewer than two, or no spacing."""
-    if len(labels) < 2 or not isinstance(labels[0], str) or _is_number(labels[0]):
-        return None
-    try:
-        with warnings.catch_warnings():  # numpy warns of an offset (+00:00) that it applies
-            warnings.simplefilter("ignore")
-            times = np.array(labels, dtype="datetime64[ms]")
-    except (ValueError, TypeError, OverflowError):
-        return None
-    step = median_gap(times.astype(np.int64)) / 1000.0
+    them), in time order; None for labels that are not (numbers, names), or fewer than two, or no spacing.
+    `times`: the labels' times in ms as the table read them (a long table's, Series.times), which take what
+    ISO 8601 does not (`2026-10-01 00:05:00 UTC`, `10/01/2026 00:05`, mixed formats): those labels were taken
+    for no times, and an hourly series' spans counted in 5-minute steps."""
+    if times is None:
+        if len(labels) < 2 or not isinstance(labels[0], str) or _is_number(labels[0]):
+            return None
+        try:
+            with warnings.catch_warnings():  # numpy warns of an offset (+00:00) that it applies
+                warnings.simplefilter("ignore")
+                times = np.array(labels, dtype="datetime64[ms]").astype(np.int64)
+        except (ValueError, TypeError, OverflowError):
+            return None
+    step = median_gap(times) / 1000.0
     return step if step > 0 else None
 
 

@@ -372,9 +372,41 @@ def test_each_series_counts_the_alert_spans_in_its_own_step(base_store, tmp_path
     assert len(said) == 1 and "'t000'" in said[0] and "5m steps" in said[0], said
 
 
+@pytest.mark.parametrize("written", ["%Y-%m-%d %H:%M:%S UTC", "%m/%d/%Y %H:%M", "mixed"])
+def test_a_long_tables_dates_in_any_format_it_reads_give_the_step(base_store, tmp_path, caplog, written):
+    """The table orders a long table's dates in any format pandas reads (mixed ones too), but the step came from
+    numpy's ISO 8601 alone: `2026-03-01 01:00:00 UTC` (BigQuery's) or `03/01/2026 01:00` were 'labels are not
+    times', and the hourly IP's spans counted in 5-minute steps (its two days 576 points: nothing judged)."""
+    hourly, five = BASE_IPS[:2]
+
+    def text(times: pd.DatetimeIndex) -> list[str]:
+        if written != "mixed":
+            return list(times.strftime(written))
+        return [t.strftime(("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S UTC", "%m/%d/%Y %H:%M")[i % 3])
+                for i, t in enumerate(times)]
+
+    stamps = {ip: text(pd.date_range("2026-03-01", periods=120, freq=freq)) for ip, freq in ((hourly, "1h"),
+                                                                                             (five, "5min"))}
+    with caplog.at_level(logging.WARNING, logger="batchpredict"):
+        frame = predict_table(long_table(tmp_path / "t.csv", stamps), str(base_store),
+                              params=Params(points=40, alert="likelihood"))
+    assert frame.groupby("ip", sort=False)["score"].apply(lambda s: int(s.notna().sum())).to_dict() == {
+        hourly: 40, five: 0}
+    assert not [r.getMessage() for r in caplog.records if "not times" in r.getMessage()]
+
+
 def test_a_step_that_is_no_duration_is_a_usage_error(base_store, table):
     with pytest.raises(UsageError, match="--step: not a duration"):
         predict_table(str(table), str(base_store), params=Params(points=5, step="5"))
+
+
+@pytest.mark.parametrize("knob", ["rolling", "window"])
+def test_a_rolling_or_window_past_any_series_is_a_usage_error(base_store, table, knob):
+    """--rolling 99999999999999999999 (past int64) made every IP `error`, 'OverflowError: Python int too large to
+    convert to C long', with exit 1: the argument, not a job, was what failed."""
+    with pytest.raises(UsageError, match=r"^--rolling and --window must be at most 2,147,483,647 \(got "):
+        predict_table(str(table), str(base_store), params=Params(**{knob: 10**20}))
+    assert predict_table(str(table), str(base_store), params=Params(rolling=50))["status"].eq("insufficient_data").all()
 
 
 @pytest.mark.parametrize("mode, points", [("rolling:8", 10), ("rolling:8", 60), ("mad:8", 10), ("mad:8", 60)])

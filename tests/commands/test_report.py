@@ -291,3 +291,31 @@ def test_a_parquet_table_plots_as_its_csv_does(every_status_run, tmp_path):
     assert from_parquet.plots == from_csv.plots == 2
     assert sorted(p.name for p in (tmp_path / "parquet" / "plots").iterdir()) == \
         sorted(p.name for p in (tmp_path / "csv" / "plots").iterdir())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda header: header.replace(",anomaly,", ",flag,"), "(missing anomaly)"),
+    (lambda header: header.replace("upper_4std", "upper"), "(missing upper_4std)"),
+    (lambda header: header.replace(",attempts,", ",tries,"), "(missing attempts)"),
+    (lambda header: header.replace("_2std", "_abcstd"), "lower_abcstd and lower_4std name no warning"),
+    (lambda header: header.replace("_2std", "_nanstd"), "lower_nanstd and lower_4std name no warning"),
+    (lambda header: header.replace("_2std", "_-2std"), "lower_-2std and lower_4std name no warning"),
+], ids=["no-anomaly", "no-upper", "no-attempts", "abc", "nan", "negative"])
+@pytest.mark.parametrize("command", ["report", "evaluate"])
+def test_results_whose_columns_were_edited_exit_2(tmp_path, edit, message, command):
+    """report read anomaly, upper_* and attempts without checking them (a KeyError or AttributeError traceback),
+    and a band column whose sigma was no number a ValueError traceback; evaluate judged lower_nanstd's points at NaN sigmas, flagging none."""
+    from batchpredict.io.output import columns
+
+    row = {"ip": "10.0.0.1", "timestamp": "t30", "observed": "5", "predicted": "5", "std": "1", "anomaly": "false",
+           "severity": "normal", "status": "ok"}
+    header = columns((2.0, 4.0))
+    results, labels = tmp_path / "r.csv", tmp_path / "labels.csv"
+    results.write_text(edit(",".join(header)) + "\n" + ",".join(row.get(c, "") for c in header) + "\n")
+    labels.write_text("ip,start,end\n10.0.0.1,2026-10-30T05:00,2026-10-30T08:00\n")
+    table = Path(__file__).resolve().parents[2] / "examples" / "stats.csv"
+    rest = ["--data", table, "--out", tmp_path / "r"] if command == "report" else ["--labels", labels]
+    done = run_cli(command, "--results", results, *rest)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"batchpredict: {results} is not a batchpredict results CSV"), done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr

@@ -223,3 +223,72 @@ def test_a_store_that_is_a_file_or_an_empty_ips_list_is_exit_2(tmp_path, case):
                                                                                  "--ips", ",,"]
     done = run_cli("train", "--data", table, *extra)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("values, extra", [(3, []), (60, ["--window", "99999999999999999999"])],
+                         ids=["fewer values than --rolling", "a --window past the series"])
+def test_a_series_too_short_to_train_is_insufficient_data_not_an_error(tmp_path, values, extra):
+    """A long table's IP of 3 values smoothed to nothing and its job ended `error` in the scaler ("Found array
+    with 0 sample(s) ... MinMaxScaler"); a --window past every series, `error` in numpy ("Maximum allowed
+    dimension exceeded") where the series had too few values for it."""
+    table = tmp_path / "h.csv"
+    table.write_text("ip,timestamp,value\n" + "".join(f"10.0.0.1,{i},{v}\n" for i, v in enumerate(sine("a", values))))
+    done = run_cli("train", "--data", table, "--models", tmp_path / "s", "--epochs", "1", *extra)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    report = pd.read_csv(tmp_path / "s" / "train_report.csv")
+    assert report["status"].tolist() == ["insufficient_data"], report.to_dict("records")
+    assert report["error"][0].startswith(f"{values} values are too few to train with rolling 5, window ")
+
+
+@pytest.mark.slow
+def test_a_stopped_train_reports_and_seals_the_ips_it_trained(tmp_path):
+    """SIGTERM ended train at once and without a word (exit 143, nothing on stderr), before its report and
+    manifest were written: an IP it had retrained kept its old manifest entry, and the next night's row was a
+    checksum mismatch, as if someone had changed its files."""
+    from batchpredict.io import manifest
+
+    first, *rest = [f"10.9.1.{i}" for i in range(4)]
+    history = wide_table(tmp_path / "h.csv", {ip: sine(ip, 80) for ip in [first, *rest]})
+    store = tmp_path / "store"
+    done = run_cli("train", "--data", history, "--models", store, "--epochs", "1", "--ips", first, timeout=600)
+    assert done.returncode == 0, done.stderr
+    stds = store / "std" / "std.json"
+    before = stds.read_bytes()  # the first IP's std is its last file written: then its result goes back at once
+    trainer = subprocess.Popen([sys.executable, "-m", "batchpredict.cli", "train", "--data", str(history), "--models",
+                                str(store), "--epochs", "1", "--seed", "5", "--workers", "1"],
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while stds.read_bytes() == before and trainer.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)  # the next IP's worker is training: seconds of TensorFlow
+    trainer.terminate()
+    stderr = trainer.communicate(timeout=120)[1]
+    assert trainer.returncode == 143, stderr
+    report = pd.read_csv(store / "train_report.csv")
+    assert stderr.splitlines()[-1] == (f"batchpredict: stopped by SIGTERM; the {len(report)} IPs answered before it "
+                                       f"are in {store}/train_report.csv and manifest.json; train the others again")
+    assert report["ip"].iloc[0] == first and len(report) < 4 and (report["status"] == "ok").all()
+    entries = json.loads((store / manifest.FILE).read_text())["ips"]
+    assert entries[first] == manifest.entry(str(store), f"model/{first}.h5", f"sc/{first}.save",
+                                            json.loads(stds.read_text())[first])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
+@pytest.mark.parametrize("which", ["train_report.csv", "std/std.json.lock"])
+def test_a_report_or_lock_that_is_no_file_of_its_own_is_exit_2_before_any_ip_trains(tmp_path, which, kind):
+    """train read and replaced train_report.csv once every IP had trained: a FIFO there hung it for good, a folder
+    was an IsADirectoryError traceback, and neither run wrote the manifest entries of what it had trained. A folder
+    as std.json's lock failed every IP after its model and scaler were replaced: each a load_error until trained
+    again."""
+    import os
+
+    table = wide_table(tmp_path / "h.csv", {"10.9.2.1": sine("a", 60)})
+    path = tmp_path / "s" / which
+    path.parent.mkdir(parents=True)
+    {"fifo": lambda: os.mkfifo(path), "folder": path.mkdir, "link": lambda: path.symlink_to(table)}[kind]()
+    done = run_cli("train", "--data", table, "--models", tmp_path / "s", "--epochs", "1", timeout=90)
+    described = {"fifo": "a FIFO or a device", "folder": "a folder", "link": "a link"}[kind]
+    what = "a report" if which == "train_report.csv" else "a lock"
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"batchpredict: {path} is {described}, not {what}: train writes that file itself; remove it\n"
+    assert not list((tmp_path / "s").glob("model/*")) and os.path.lexists(path)

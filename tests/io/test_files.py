@@ -118,3 +118,39 @@ def test_the_temporaries_a_killed_process_left_are_removed_and_no_others(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + [left[2]])
     assert remove_leftovers(str(tmp_path)) == 2  # any file's: the .h5's and b.csv's
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept[:3])
+
+
+def test_a_full_disk_under_an_atomic_write_is_exit_74_naming_the_file(tmp_path):
+    """`evaluate --out` and `store seal` wrote through write_atomic unguarded: a full disk was an OSError traceback
+    (exit 1), where every other writer of a run says 'no space left on device writing ...' and exits 74."""
+    import json
+    import shutil
+
+    from conftest import run_cli
+    from test_input_corruption import tmpfs
+
+    repo = Path(__file__).resolve().parents[2]
+    folder, ip = tmp_path / "disk", "10.0.0.10"
+    with tmpfs(folder, "1m"):
+        store = folder / "store"
+        for part in ("model", "sc", "std"):
+            (store / part).mkdir(parents=True)
+        shutil.copy(repo / "models" / "model" / f"{ip}.h5", store / "model")
+        shutil.copy(repo / "models" / "sc" / f"{ip}.save", store / "sc")
+        std = json.loads((repo / "models" / "std" / "std.json").read_text())[ip]
+        (store / "std" / "std.json").write_text(json.dumps({ip: std}))
+        with open(folder / "fill", "wb", buffering=0) as fh, pytest.raises(OSError):  # full to its last block
+            while True:
+                fh.write(b"x" * 4096)
+        results = tmp_path / "r.csv"
+        labels = tmp_path / "labels.csv"
+        labels.write_text(f"ip,start,end\n{ip},2026-10-30T05:00,2026-10-30T08:00\n")
+        assert run_cli("predict", "--data", repo / "examples" / "stats.csv", "--models", store, "--out", results,
+                       "--points", "5", "-q").returncode == 0
+        for args, path in ((["store", "seal", "--models", store], store / "manifest.json"),
+                           (["evaluate", "--results", results, "--labels", labels, "--out", folder / "ev"],
+                            folder / "ev.csv")):
+            done = run_cli(*args)
+            assert done.returncode == 74, done.stderr
+            assert done.stderr.splitlines()[-1] == f"batchpredict: no space left on device writing {path}"
+            assert not path.exists() and sorted(p.name for p in folder.iterdir()) == ["fill", "store"]

@@ -119,6 +119,28 @@ def test_a_line_changed_since_it_was_written_is_run_again_not_resumed_as_it_read
     assert sorted(done) == ["a", "c"] and done["a"].duration_ms == done["c"].duration_ms == 12.5
 
 
+@pytest.mark.parametrize("forge", [
+    lambda points: points.update(severity={**points["severity"], "b64": "CQ=="}),  # severity code 9
+    lambda points: points.update(anomaly={**points["anomaly"], "shape": [0], "b64": ""}),  # no anomaly column
+    lambda points: points.update(timestamp=5),
+], ids=["severity-9", "short-column", "timestamp-not-a-list"])
+def test_a_whole_line_of_points_no_run_writes_is_run_again(tmp_path, forge):
+    """A line whose CRC matches but whose points no run writes (a severity code of 9, a column one point short) was
+    resumed, and the CSV's writing ended in an IndexError traceback: it is no result, its IP runs again."""
+    path = tmp_path / "a.csv.journal"
+    journal = Journal(str(path), "fp")
+    journal.open(resume=False)
+    point = Point(timestamp="t1", observed=3.0, predicted=1.5, std=0.25, lower=(1.0, 0.5), upper=(2.0, 2.5),
+                  anomaly=True, severity=Severity.CRITICAL)
+    journal.append(Result(ip="a", status=Status.OK, points=[point]))
+    journal.close(remove=False)
+    header, line, end = path.read_bytes().split(b"\n")
+    record = journal_record(line)
+    forge(record["points"])
+    path.write_bytes(header + b"\n" + journal_line(record))
+    assert Journal(str(path), "fp").open(resume=True) == {}
+
+
 def test_journal_of_other_inputs_is_refused(tmp_path):
     path = tmp_path / "j"
     Journal(str(path), "one").open(resume=False)
@@ -230,6 +252,35 @@ def test_the_lock_is_taken_before_the_table_is_read(store, tmp_path):
         second = run_cli("predict", "--data", pipe, "--models", store, "--out", out, timeout=60)
     assert second.returncode == 75 and "another run holds" in second.stderr, second.stderr
     assert not Path(str(out) + ".journal").exists()
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link", "dangling"])
+@pytest.mark.parametrize("which", [".journal", ".lock"])
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_journal_or_lock_that_is_no_file_of_its_own_exits_2_and_stays(store, table, tmp_path, kind, which, resume):
+    """A journal that was a folder was an IsADirectoryError traceback, a FIFO a traceback with --resume and a run
+    blocked for good without; a link (the lock's too) was opened through: its target, any file, truncated and
+    written over with the run's journal or pid, and a dangling one created its target."""
+    import os
+
+    out, target = tmp_path / "out" / "a.csv", tmp_path / "precious"
+    out.parent.mkdir()
+    path = Path(str(out) + which)
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        if kind == "link":
+            target.write_text("precious\n")
+        path.symlink_to(target)
+    done = run_cli("predict", "--data", table, "--models", store, "--out", out, *["--resume"] * resume, timeout=60)
+    assert done.returncode == 2, done.stderr
+    described = {"folder": "a folder", "fifo": "a FIFO or a device"}.get(kind, "a link")
+    what = "a lock" if which == ".lock" else "the run's journal"
+    assert done.stderr == f"batchpredict: {path} is {described}, not {what}: the run writes that file itself; remove it\n"
+    assert not out.exists() and os.path.lexists(path)
+    assert target.read_text() == "precious\n" if kind == "link" else not target.exists()
 
 
 @pytest.mark.parametrize("layout", ["wide", "long"])

@@ -248,3 +248,22 @@ def test_an_ensembles_points_travel_whole_as_point_objects():
     objects = list(points)
     assert [p.alert_source for p in objects] == ["extreme", "ensemble", "likelihood", "ensemble"]
     assert Points.of(objects) == points
+
+
+def test_an_aligned_cell_with_a_line_break_stays_on_its_row(tmp_path):
+    """store check printed an id from a file name holding a line break (model/'bad<newline>name.h5') as it was: its
+    row of the table went on at the start of the next line."""
+    import shutil
+
+    from conftest import run_cli
+
+    repo = Path(__file__).resolve().parents[2]
+    store = tmp_path / "store"
+    for part in ("model", "sc", "std"):
+        (store / part).mkdir(parents=True)
+    shutil.copy(repo / "models" / "model" / "10.0.0.10.h5", store / "model" / "bad\nname.h5")
+    (store / "std" / "std.json").write_text(json.dumps({"bad\nname": 1.0}))
+    done = run_cli("store", "check", "--models", store)
+    assert done.returncode == 1, done.stderr
+    header, row = done.stdout.splitlines()
+    assert header.startswith("ip ") and row.startswith("bad\\nname ") and "invalid_input" in row
